@@ -1,0 +1,126 @@
+"""Advantage functions: per-experience scalar advantages from rewards compared within groups.
+
+Every function has the signature ``fn(rewards [N] float, group_ids [N] int64, **params) -> [N]``.
+Group ids may be any integers (they need not be contiguous or sorted). A group of size one
+has no baseline to compare against and always gets advantage 0.
+"""
+from __future__ import annotations
+
+import torch
+
+from r3l.registry import Registry
+
+ADVANTAGES: Registry = Registry("advantage function")
+
+
+def _check(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    if rewards.dim() != 1 or group_ids.shape != rewards.shape:
+        raise ValueError(
+            f"rewards and group_ids must both be 1-D of the same length; "
+            f"got {tuple(rewards.shape)} and {tuple(group_ids.shape)}"
+        )
+    if group_ids.is_floating_point() or group_ids.dtype == torch.bool:
+        raise ValueError(f"group_ids must be an integer tensor, got {group_ids.dtype}")
+    return rewards if rewards.is_floating_point() else rewards.to(torch.get_default_dtype())
+
+
+def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Map arbitrary group ids to 0..G-1; return (index [N], count per group [G] as float)."""
+    _, index = torch.unique(group_ids, return_inverse=True)
+    counts = torch.bincount(index).to(torch.float64)
+    return index, counts
+
+
+def _group_sum(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, index, values)
+
+
+def group_mean(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """The mean of each element's group, broadcast back to shape [N]."""
+    values = _check(values, group_ids)
+    index, counts = _group_index(group_ids)
+    sums = _group_sum(values, index, counts.numel())
+    return (sums / counts.to(values.dtype))[index]
+
+
+def group_size(group_ids: torch.Tensor) -> torch.Tensor:
+    """The size of each element's group, broadcast back to shape [N] (int64)."""
+    index, counts = _group_index(group_ids)
+    return counts.to(torch.int64)[index]
+
+
+def group_std(values: torch.Tensor, group_ids: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Each element's group standard deviation, shape [N]; 0 for groups too small to have one."""
+    values = _check(values, group_ids)
+    index, counts = _group_index(group_ids)
+    counts = counts.to(values.dtype)
+    mean = (_group_sum(values, index, counts.numel()) / counts)[index]
+    squares = _group_sum((values - mean) ** 2, index, counts.numel())
+    dof = counts - 1 if unbiased else counts
+    var = torch.where(dof > 0, squares / dof.clamp(min=1), torch.zeros_like(squares))
+    return var.sqrt()[index]
+
+
+@ADVANTAGES.register("grpo")
+def grpo(
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, eps: float = 1e-6, std: str = "unbiased"
+) -> torch.Tensor:
+    """GRPO: (r - group mean) / (group std + eps).
+
+    ``std="unbiased"`` (default, divides by n-1 like ``torch.std`` and TRL) or ``"biased"`` (divides by n).
+    A group whose rewards are all equal (including a group of one) gets advantage 0.
+    """
+    if std not in ("unbiased", "biased"):
+        raise ValueError(f"grpo: std must be 'unbiased' or 'biased', got {std!r}")
+    rewards = _check(rewards, group_ids)
+    centred = rewards - group_mean(rewards, group_ids)
+    return centred / (group_std(rewards, group_ids, unbiased=(std == "unbiased")) + eps)
+
+
+@ADVANTAGES.register("grpo_no_std")
+def grpo_no_std(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO: r - group mean (no division by the standard deviation)."""
+    rewards = _check(rewards, group_ids)
+    return rewards - group_mean(rewards, group_ids)
+
+
+@ADVANTAGES.register("rloo")
+def rloo(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """RLOO: r_i - mean of the *other* members of its group, i.e. n/(n-1) * (r_i - mean); 0 for n = 1."""
+    rewards = _check(rewards, group_ids)
+    n = group_size(group_ids).to(rewards.dtype)
+    scale = torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
+    return scale * (rewards - group_mean(rewards, group_ids))
+
+
+@ADVANTAGES.register("positive_amplified")
+def positive_amplified(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    alpha: float = 3.0,
+    success_value: float = 1.0,
+    success_threshold: float = 1.0,
+) -> torch.Tensor:
+    """R3L positive amplification on A = r - group mean (no std).
+
+    Â = success_value if r >= success_threshold; alpha * A if A > 0; A otherwise.
+    (The released R3L code uses success_value = 1.0; the paper's text uses alpha.)
+    """
+    rewards = _check(rewards, group_ids)
+    centred = rewards - group_mean(rewards, group_ids)
+    amplified = torch.where(centred > 0, alpha * centred, centred)
+    return torch.where(rewards >= success_threshold, torch.full_like(centred, success_value), amplified)
+
+
+@ADVANTAGES.register("opmd")
+def opmd(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """OPMD baseline: r - group mean (numerically the same as grpo_no_std; its own name for presets)."""
+    return grpo_no_std(rewards, group_ids)
+
+
+@ADVANTAGES.register("raft")
+def raft(rewards: torch.Tensor, group_ids: torch.Tensor, *, success_threshold: float = 1.0) -> torch.Tensor:
+    """RAFT: 1 for successes (r >= success_threshold), 0 otherwise; pair it with the weighted SFT loss."""
+    rewards = _check(rewards, group_ids)
+    return (rewards >= success_threshold).to(rewards.dtype)

@@ -1,0 +1,83 @@
+"""Build the run's parts (policy, environment, generator, strategy) from a validated config."""
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
+
+import torch
+
+from r3l.config import Config
+from r3l.envs import Env, make
+from r3l.errors import UserError
+from r3l.explore import ExploreContext, Strategy, make_strategy
+from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_GENERATOR_MODULES = ("hf",)
+
+
+def quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def env_factory(config: Config) -> Callable[[], Env]:
+    make(config.env.name, **config.env.args)  # fail early on a bad name or settings
+    return partial(make, config.env.name, **config.env.args)
+
+
+def load_model(config: Config):
+    from r3l.models import load_policy
+
+    quiet_libraries()
+    model, tokenizer = load_policy(config.model.name, DTYPES[config.model.dtype])
+    return model, tokenizer
+
+
+def make_generator(config: Config, model, tokenizer) -> Generator:
+    for module in _GENERATOR_MODULES:
+        importlib.import_module(f"r3l.rollout.{module}")
+    cls = GENERATORS.get(config.generator.name)
+    settings: dict[str, Any] = {"dtype": DTYPES[config.generator.dtype], "prefill_chunk": config.generator.prefill_chunk}
+    return cls(model, tokenizer, **settings)
+
+
+def sampling_params(config: Config, seed: int | None) -> SamplingParams:
+    s = config.sampling
+    return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens,
+                          stop=tuple(s.stop), seed=seed)
+
+
+def eval_params(config: Config) -> SamplingParams:
+    return SamplingParams(temperature=config.eval.temperature, top_p=1.0,
+                          max_new_tokens=config.eval.max_new_tokens or config.sampling.max_new_tokens,
+                          stop=tuple(config.sampling.stop), seed=config.eval.seed)
+
+
+@dataclass
+class Parts:
+    model: Any
+    tokenizer: Any
+    make_env: Callable[[], Env]
+    generator: Generator
+    strategy: Strategy
+
+
+def build_parts(config: Config) -> Parts:
+    make_env = env_factory(config)
+    model, tokenizer = load_model(config)
+    generator = make_generator(config, model, tokenizer)
+    context = ExploreContext(make_env=make_env, generator=generator, tokenizer=tokenizer,
+                             sampling=sampling_params(config, seed=config.run.seed * 100_003),
+                             group_size=config.sampling.group_size, system_prompt=config.env.system_prompt)
+    try:
+        strategy = make_strategy(config.algorithm.strategy, context)
+    except TypeError as error:
+        raise UserError(f"bad settings for strategy '{config.algorithm.strategy}': {error}") from None
+    return Parts(model, tokenizer, make_env, generator, strategy)

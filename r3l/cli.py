@@ -1,0 +1,154 @@
+"""The `r3l` command line: train, eval, rollout, envs, report, config."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from r3l.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Reinforcement learning for language models that learn from their own failures.")
+
+ARGS_HELP = "An optional CONFIG (YAML path or preset name) followed by key.sub=value overrides."
+
+
+def split_args(args: list[str] | None) -> tuple[str | None, list[str]]:
+    args = list(args or [])
+    if args and "=" not in args[0]:
+        return args[0], args[1:]
+    return None, args
+
+
+def load(args: list[str] | None, extra: list[str] = ()):
+    from r3l.config import load_config
+
+    path, overrides = split_args(args)
+    return load_config(path, [*overrides, *extra])
+
+
+@app.command()
+def train(
+    args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint."),
+    dump_experiences: bool = typer.Option(False, "--dump-experiences", help="Write every step's experiences as JSONL into RUN/experiences/."),
+):
+    """Train a policy (default: GRPO on the embedded SmolLM2-135M, arithmetic task)."""
+    from r3l.config import load_config
+
+    extra = ["logging.dump_experiences=true"] if dump_experiences else []
+    if resume is not None:
+        saved = resume / "config.yaml"
+        if not saved.exists():
+            raise UserError(f"{resume} is not a run directory (no config.yaml); pass the directory `r3l train` printed")
+        path, overrides = split_args(args)
+        if path is not None:
+            raise UserError("--resume takes the config saved in the run directory; pass only key=value overrides")
+        config = load_config(str(saved), [*overrides, *extra])
+    else:
+        config = load(args, extra)
+    from r3l.trainer import Trainer
+
+    trainer = Trainer(config, run_dir=resume, resume=resume is not None)
+    typer.echo(f"run directory: {trainer.run_dir}", err=True)
+    summary = trainer.run()
+    typer.echo(json.dumps(summary, indent=1))
+
+
+@app.command("eval")
+def evaluate_command(
+    args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
+    model: Optional[str] = typer.Option(None, "--model", help="Alias, local path, run directory or hub id."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Directory for eval.json (default: a new run directory)."),
+):
+    """Held-out success rate of a model on a task's test split, with a 95% confidence interval."""
+    from r3l.build import eval_params, load_model, make_generator, env_factory
+    from r3l.evaluate import evaluate
+    from r3l.trainer import new_run_dir
+
+    config = load(args, [f"model.name={model}"] if model else [])
+    make_env = env_factory(config)
+    policy, tokenizer = load_model(config)
+    generator = make_generator(config, policy, tokenizer)
+    tasks = list(make_env().tasks("test"))[: config.eval.size]
+    result = evaluate(tasks, make_env, generator, tokenizer, eval_params(config), config.env.system_prompt)
+    out_dir = out or new_run_dir(config.model_copy(update={"run": config.run.model_copy(
+        update={"name": config.run.name or f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = {"model": config.model.name, "env": config.env.name, **result.summary(), "samples": result.samples}
+    (out_dir / "eval.json").write_text(json.dumps(record, indent=1))
+    typer.echo(json.dumps({"eval_json": str(out_dir / "eval.json"), **result.summary()}, indent=1))
+
+
+@app.command()
+def rollout(
+    args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
+    dump: Optional[Path] = typer.Option(None, "--dump", help="Write one JSON object per experience to this file."),
+    tasks: int = typer.Option(2, "--tasks", min=1, help="How many training tasks to roll out."),
+    show: bool = typer.Option(True, "--show/--no-show", help="Print the experiences with their trained spans."),
+):
+    """Generate experiences for a few tasks without training (see exactly what would be trained)."""
+    from r3l.build import build_parts
+    from r3l.experience import write_jsonl
+    from r3l.learner.learner import assign_advantages
+    from r3l.rollout.display import show_experiences
+    from r3l.task_sampler import TaskSampler
+    from r3l.trainer import check_algorithm_names, seed_everything
+
+    config = load(args)
+    check_algorithm_names(config)
+    seed_everything(config.run.seed)
+    parts = build_parts(config)
+    batch = TaskSampler(parts.make_env().tasks("train"), seed=config.run.seed).next_batch(tasks)
+    experiences, metrics = parts.strategy.explore(batch, step=0)
+    assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
+    if show:
+        show_experiences(experiences, parts.tokenizer)
+    if dump is not None:
+        write_jsonl(experiences, dump)
+    typer.echo(json.dumps({"experiences": len(experiences), **({"dump": str(dump)} if dump else {}), **metrics}, indent=1))
+
+
+@app.command()
+def envs():
+    """List the environments with a one-line description each."""
+    from r3l.envs import available
+
+    for name, description in available():
+        typer.echo(f"{name:<20} {description}")
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A run directory written by `r3l train` or `r3l bench`.")):
+    """Render PNG plots of a run's metrics into RUN_DIR/plots/."""
+    from r3l.logging.plots import render_report
+
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a directory; pass a run directory written by `r3l train`")
+    for path in render_report(run_dir):
+        typer.echo(str(path))
+
+
+@app.command()
+def config(args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP)):
+    """Print the fully resolved configuration (every key with its value)."""
+    from r3l.config import dump_config
+
+    typer.echo(dump_config(load(args)), nl=False)
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        app()
+    except UserError as error:
+        typer.echo(f"error: {error}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

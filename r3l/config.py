@@ -1,0 +1,223 @@
+"""Typed run configuration: YAML file + dotted command-line overrides, validated by pydantic."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from r3l.errors import UserError
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _name_shorthand(value: Any) -> Any:
+    """Let `model=tiny-random` stand for `model.name=tiny-random` (same for env, generator, algorithm)."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+class LoraConfig(Section):
+    enabled: bool = False
+    r: int = Field(16, gt=0)
+    alpha: int = Field(32, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]
+
+
+class ModelConfig(Section):
+    name: str = "smollm2-135m-instruct"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    autocast_bf16: bool = True
+    gradient_checkpointing: bool = False
+    lora: LoraConfig = LoraConfig()
+    _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
+
+
+class EnvConfig(Section):
+    name: str = "arithmetic"
+    args: dict[str, Any] = {}
+    system_prompt: str | None = None
+    _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
+
+
+class GeneratorConfig(Section):
+    name: str = "hf"
+    dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    prefill_chunk: int = Field(64, gt=0)
+    _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
+
+
+class SamplingConfig(Section):
+    group_size: int = Field(8, gt=0, description="completions sampled per task (G)")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(64, gt=0)
+    stop: list[str] = []
+
+
+class AlgorithmConfig(Section):
+    name: str = "grpo"
+    strategy: str = "plain"
+    advantage: str = "grpo"
+    advantage_args: dict[str, Any] = {}
+    policy_loss: str = "ppo_clip"
+    loss_args: dict[str, Any] = {}
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    kl_coef: float = Field(0.0, ge=0)
+    kl_estimator: str = "k3"
+    updates_per_batch: int = Field(1, gt=0, description="optimizer passes over each batch (PPO epochs)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_preset(cls, value: Any) -> Any:
+        value = _name_shorthand(value)
+        if isinstance(value, dict) and "name" in value:
+            return {**algorithm_preset(value["name"]), **value}
+        return value
+
+
+class TrainConfig(Section):
+    steps: int = Field(30, ge=0)
+    tasks_per_step: int = Field(8, gt=0)
+    lr: float = Field(2e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.99)
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    schedule: Literal["constant", "cosine"] = "constant"
+    micro_batch_size: int = Field(16, gt=0)
+    grad_clip: float = Field(1.0, gt=0)
+    checkpoint_every: int = Field(10, ge=0, description="steps between checkpoints; 0 = only at the end")
+
+
+class EvalConfig(Section):
+    size: int = Field(100, ge=0, description="held-out tasks; 0 skips evaluation")
+    every: int = Field(0, ge=0, description="steps between evaluations; 0 = before and after training only")
+    temperature: float = Field(0.0, ge=0)
+    max_new_tokens: int | None = None
+    seed: int = 1234
+
+
+class LoggingConfig(Section):
+    tensorboard: bool = True
+    wandb: dict[str, Any] | None = None
+    progress: bool = True
+    dump_experiences: bool = False
+
+
+class RunConfig(Section):
+    dir: str = "runs"
+    name: str | None = None
+    seed: int = 0
+
+
+class Config(Section):
+    run: RunConfig = RunConfig()
+    model: ModelConfig = ModelConfig()
+    env: EnvConfig = EnvConfig()
+    generator: GeneratorConfig = GeneratorConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+
+def algorithm_preset(name: str) -> dict[str, Any]:
+    path = PRESET_DIR / "algorithms" / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (PRESET_DIR / "algorithms").glob("*.yaml"))
+        raise ValueError(f"unknown algorithm '{name}'; choose one of: {', '.join(known)}")
+    return {**(yaml.safe_load(path.read_text()) or {}), "name": name}
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise UserError(f"override '{text}' is not key=value; write e.g. train.lr=1e-5")
+    key, raw = text.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise UserError(f"override '{text}' has an empty key; write e.g. train.lr=1e-5")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_override(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.get(part)
+        if isinstance(child, str) and part in ("model", "env", "generator", "algorithm"):
+            child = {"name": child}
+        if child is None:
+            child = {}
+        if not isinstance(child, dict):
+            raise UserError(f"cannot set {'.'.join(path)}: '{part}' is a value, not a section")
+        node[part] = child
+        node = child
+    leaf = path[-1]
+    if isinstance(node.get(leaf), dict) and not isinstance(value, dict) and leaf in ("model", "env", "generator", "algorithm"):
+        node[leaf] = {**node[leaf], "name": value}
+    else:
+        node[leaf] = value
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    file = Path(path)
+    if not file.exists():
+        raise UserError(f"config file {path} does not exist; pass an existing YAML file or a preset name")
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{where}: invalid YAML ({getattr(error, 'problem', error)}); fix the syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the top level must be a mapping of sections (run, model, env, ...)")
+    return data
+
+
+def resolve_config_path(path: str) -> Path:
+    """A config argument is a YAML path, or the name of a preset shipped in r3l/presets/."""
+    candidate = Path(path)
+    if candidate.exists() or candidate.suffix in (".yaml", ".yml"):
+        return candidate
+    preset = PRESET_DIR / f"{path}.yaml"
+    if preset.exists():
+        return preset
+    known = sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+    raise UserError(f"no config file or preset '{path}'; presets: {', '.join(known)}")
+
+
+def format_validation_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "config"
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key '{where}'; check the spelling (see `r3l config` for every key)"
+    message = first["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    got = first.get("input")
+    shown = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+    return f"config error at '{where}': {message}{shown}"
+
+
+def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    tree = read_yaml(resolve_config_path(path)) if path else {}
+    for override in overrides:
+        apply_override(tree, *parse_override(override))
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as error:
+        raise UserError(format_validation_error(error)) from None
+
+
+def dump_config(config: Config) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,94 @@
+"""The environment protocol: tasks, reset/step/replay, and the verdict a verifier returns."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem instance. `prompt` is the first user message; `answer` is what the verifier needs."""
+
+    id: str
+    prompt: str
+    answer: Any = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verifier's judgement: scalar reward, binary success and a language feedback string."""
+
+    reward: float
+    success: bool
+    feedback: str
+
+
+@dataclass(frozen=True)
+class StepResult:
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Env(ABC):
+    """A text environment. Single-turn tasks finish after one `step`; multi-turn ones run until `done`.
+
+    `info` of the final step carries `success` (bool) and `feedback` (str); multi-turn environments
+    also put `admissible_actions` there.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    deterministic: ClassVar[bool] = True
+    system_prompt: str | None = None
+
+    @abstractmethod
+    def tasks(self, split: str) -> Sequence[Task]:
+        """The tasks of a split ('train' or 'test'), in a fixed order given the env's seed."""
+
+    @abstractmethod
+    def reset(self, task: Task) -> str:
+        """Start an episode on `task`; return the first observation (the user message)."""
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply the model's `action` (its whole reply for single-turn tasks)."""
+
+    def replay(self, task: Task, actions: Sequence[str]) -> str:
+        """Rebuild the state after `actions`; return the last observation. Needs a deterministic env."""
+        if not self.deterministic:
+            raise RuntimeError(f"environment '{self.name}' is not deterministic and cannot replay a prefix")
+        observation = self.reset(task)
+        for action in actions:
+            observation = self.step(action).observation
+        return observation
+
+
+class SingleTurnEnv(Env):
+    """An environment whose episode is one prompt and one reply judged by `verify`."""
+
+    def __init__(self) -> None:
+        self._task: Task | None = None
+
+    @abstractmethod
+    def verify(self, task: Task, completion: str) -> Verdict:
+        """Judge a completion; pure, never executes model output."""
+
+    def reset(self, task: Task) -> str:
+        self._task = task
+        return task.prompt
+
+    def step(self, action: str) -> StepResult:
+        if self._task is None:
+            raise RuntimeError("call reset(task) before step(action)")
+        verdict = self.verify(self._task, action)
+        self._task = None
+        return StepResult(
+            observation=verdict.feedback,
+            reward=verdict.reward,
+            done=True,
+            info={"success": verdict.success, "feedback": verdict.feedback},
+        )

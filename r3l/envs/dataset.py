@@ -1,0 +1,248 @@
+"""The user's own prompts and answers (.jsonl, .json, .parquet, or a Hugging Face dataset), graded by a
+named verifier or by a reward function with TRL's signature `fn(prompts, completions, **columns)`."""
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from r3l.envs import register
+from r3l.envs.base import SingleTurnEnv, Task, Verdict
+from r3l.envs.verifiers import VERIFIERS, Verifier
+from r3l.errors import UserError
+
+FILE_TYPES = (".jsonl", ".json", ".parquet")
+RewardFn = Callable[..., Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One example and where it came from, for error messages ('data.jsonl line 7')."""
+
+    where: str
+    columns: dict[str, Any]
+
+
+@register("dataset")
+class DatasetEnv(SingleTurnEnv):
+    name = "dataset"
+    description = "Your own data: prompts and answers from a .jsonl/.json/.parquet file or a Hugging Face dataset."
+
+    def __init__(self, *, path: str, prompt_column: str = "prompt", answer_column: str = "answer",
+                 verifier: str | None = None, reward_fn: str | None = None, success_threshold: float = 1.0,
+                 test_fraction: float = 0.1, seed: int = 0, reveal_answer_in_feedback: bool = True):
+        super().__init__()
+        if verifier is not None and reward_fn is not None:
+            raise UserError("set either env.verifier or env.reward_fn, not both")
+        if not 0 <= test_fraction < 1:
+            raise UserError(f"env.test_fraction must be in [0, 1), got {test_fraction}")
+        self.prompt_column = prompt_column
+        self.answer_column = answer_column
+        self.success_threshold = success_threshold
+        self.reveal_answer_in_feedback = reveal_answer_in_feedback
+        self.reward_fn_path = reward_fn
+        self._reward_fn = load_reward_fn(reward_fn) if reward_fn else None
+        self._verifier: Verifier | None = None if reward_fn else VERIFIERS.get(verifier or "math")
+        self._tasks = load_tasks(str(path), _file_stamp(str(path)), prompt_column, answer_column,
+                                 answer_required=self._reward_fn is None, test_fraction=test_fraction, seed=seed)
+
+    def tasks(self, split: str) -> Sequence[Task]:
+        if split not in self._tasks:
+            raise UserError(f"unknown split '{split}' for environment 'dataset'; use 'train' or 'test'")
+        return self._tasks[split]
+
+    def verify(self, task: Task, completion: str) -> Verdict:
+        if self._reward_fn is not None:
+            return self._verify_with_reward_fn(task, completion)
+        assert self._verifier is not None
+        return self._verifier(completion, str(task.answer), reveal_answer=self.reveal_answer_in_feedback)
+
+    def _verify_with_reward_fn(self, task: Task, completion: str) -> Verdict:
+        columns = {name: [value] for name, value in task.data["columns"].items()}
+        rewards = self._reward_fn([task.prompt], [completion], **columns)
+        reward = _single_reward(rewards, self.reward_fn_path)
+        success = reward >= self.success_threshold
+        relation = "reaches" if success else "is below"
+        return Verdict(reward=reward, success=success,
+                       feedback=f"reward {reward:g} {relation} the success threshold {self.success_threshold:g}")
+
+
+@functools.lru_cache(maxsize=8)  # environments are made once per batch; read each file once
+def load_tasks(path: str, stamp: tuple[int, int] | None, prompt_column: str, answer_column: str, *,
+               answer_required: bool, test_fraction: float, seed: int) -> dict[str, tuple[Task, ...]]:
+    """Read, check and split the rows; `stamp` (the file's mtime and size) makes an edited file reload."""
+    splits = load_rows(path)
+    needed = [prompt_column, answer_column] if answer_required else [prompt_column]
+    for rows in splits.values():
+        check_rows(rows, needed, prompt_column)
+    train_rows, test_rows = split_rows(splits, test_fraction, seed)
+
+    def to_task(row: Row, split: str, position: int) -> Task:
+        return Task(
+            id=f"dataset-{split}-{position}",
+            prompt=row.columns[prompt_column],
+            answer=row.columns.get(answer_column),
+            data={"source": row.where, "columns": {k: v for k, v in row.columns.items() if k != prompt_column}},
+        )
+
+    return {
+        "train": tuple(to_task(row, "train", i) for i, row in enumerate(train_rows)),
+        "test": tuple(to_task(row, "test", i) for i, row in enumerate(test_rows)),
+    }
+
+
+def _file_stamp(path: str) -> tuple[int, int] | None:
+    try:
+        status = Path(path).stat()
+    except OSError:
+        return None
+    return status.st_mtime_ns, status.st_size
+
+
+def load_rows(path: str) -> dict[str, list[Row]]:
+    """Rows per source split: {'train': [...]} for files; a dataset's own splits for Hugging Face data."""
+    file = Path(path)
+    if file.suffix in FILE_TYPES:
+        if not file.is_file():
+            raise UserError(f"data file '{path}' not found; check env.path")
+        readers = {".jsonl": read_jsonl, ".json": read_json, ".parquet": read_parquet}
+        return {"train": readers[file.suffix](file, path)}
+    if file.is_file():
+        raise UserError(f"'{path}' is not a .jsonl, .json or .parquet file; convert it or give a dataset folder")
+    return read_hf_dataset(path)
+
+
+def read_jsonl(file: Path, label: str) -> list[Row]:
+    rows = []
+    with file.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{label} line {number}"
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UserError(f"{where}: invalid JSON: {error.msg} (column {error.colno})") from None
+            rows.append(Row(where, _as_object(value, where)))
+    return rows
+
+
+def read_json(file: Path, label: str) -> list[Row]:
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise UserError(f"{label} line {error.lineno}: invalid JSON: {error.msg} (column {error.colno})") from None
+    if not isinstance(value, list):
+        raise UserError(f"{label}: expected a JSON list of objects; for one object per line use .jsonl")
+    return [Row(f"{label} item {index}", _as_object(item, f"{label} item {index}"))
+            for index, item in enumerate(value, start=1)]
+
+
+def read_parquet(file: Path, label: str) -> list[Row]:
+    import pyarrow.parquet
+
+    try:
+        records = pyarrow.parquet.read_table(file).to_pylist()
+    except Exception as error:  # pyarrow raises several types for unreadable files
+        raise UserError(f"{label}: cannot read parquet: {_one_line(error)}") from None
+    return [Row(f"{label} row {index}", record) for index, record in enumerate(records, start=1)]
+
+
+def read_hf_dataset(name: str) -> dict[str, list[Row]]:
+    """A folder written by `save_to_disk`, a folder of data files, or a dataset on the Hugging Face hub."""
+    import datasets
+
+    folder = Path(name)
+    saved = (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+    try:
+        loaded = datasets.load_from_disk(name) if saved else datasets.load_dataset(name)
+    except Exception as error:  # network, missing repo, bad folder: all reported the same way
+        raise UserError(f"cannot load dataset '{name}': {_one_line(error)}; give a .jsonl/.json/.parquet "
+                        "file, a dataset folder or a Hugging Face dataset name") from None
+    if isinstance(loaded, datasets.Dataset):
+        loaded = {"train": loaded}
+    splits = {split: loaded[split] for split in ("train", "test") if split in loaded}
+    if "train" not in splits:  # no 'train' split: train on the first one
+        splits["train"] = loaded[next(iter(loaded))]
+    return {split: [Row(f"{name} [{split}] row {index}", dict(record))
+                    for index, record in enumerate(data, start=1)]
+            for split, data in splits.items()}
+
+
+def check_rows(rows: list[Row], needed: list[str], prompt_column: str) -> None:
+    if not rows:
+        raise UserError("the dataset has no rows; check env.path")
+    for row in rows:
+        for column in needed:
+            setting = "env.prompt_column" if column == prompt_column else "env.answer_column"
+            if column not in row.columns:
+                raise UserError(f"{row.where}: no column '{column}'; set {setting}")
+            if row.columns[column] is None:
+                raise UserError(f"{row.where}: column '{column}' is empty; fill it or set {setting}")
+        if not isinstance(row.columns[prompt_column], str):
+            raise UserError(f"{row.where}: column '{prompt_column}' must be a string, "
+                            f"got {type(row.columns[prompt_column]).__name__}")
+
+
+def split_rows(splits: dict[str, list[Row]], test_fraction: float, seed: int) -> tuple[list[Row], list[Row]]:
+    """The source's own test split when it has one; otherwise a seeded `test_fraction` of the rows."""
+    if "test" in splits:
+        return splits["train"], splits["test"]
+    rows = list(splits["train"])
+    random.Random(seed).shuffle(rows)
+    test_count = math.ceil(len(rows) * test_fraction) if len(rows) > 1 else 0
+    return rows[test_count:], rows[:test_count]
+
+
+@functools.lru_cache(maxsize=None)
+def load_reward_fn(spec: str) -> RewardFn:
+    """Import 'package.module:function', 'package.module.function' or 'path/to/file.py:function'."""
+    module_name, separator, function_name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
+    if not separator or not module_name or not function_name:
+        raise UserError(f"env.reward_fn '{spec}' must look like 'package.module:function'")
+    try:
+        module = _import_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
+    except Exception as error:  # the user's module may fail to import in any way
+        raise UserError(f"cannot import env.reward_fn '{spec}': {_one_line(error)}") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise UserError(f"env.reward_fn '{spec}': module '{module_name}' has no function '{function_name}'")
+    return function
+
+
+def _import_file(path: str):
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"no file {path}")
+    spec = importlib.util.spec_from_file_location(f"r3l_reward_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _single_reward(rewards: Any, spec: str | None) -> float:
+    try:
+        (reward,) = rewards
+        value = 0.0 if reward is None else float(reward)  # TRL lets a reward function skip a sample with None
+    except (TypeError, ValueError):
+        raise UserError(f"env.reward_fn '{spec}' returned {_one_line(rewards)[:80]}; "
+                        "it must return a list with one float per completion") from None
+    if math.isnan(value):
+        raise UserError(f"env.reward_fn '{spec}' returned NaN")
+    return value
+
+
+def _as_object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(str(value).split())

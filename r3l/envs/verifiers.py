@@ -1,0 +1,121 @@
+"""Named verifiers that grade a reply against a reference answer: 'math', 'exact', 'numeric'.
+
+Each is `verifier(completion, gold, *, reveal_answer=True) -> Verdict`; the reward is 1.0 or 0.0.
+"""
+from __future__ import annotations
+
+import threading
+from fractions import Fraction
+from typing import Protocol
+
+from r3l.envs.answer import extract_final_number, extract_tagged, parse_number
+from r3l.envs.base import Verdict
+from r3l.registry import Registry
+
+NO_ANSWER = "no answer found inside <answer></answer> tags"
+MATH_VERIFY_TIMEOUT_S = 3
+NUMERIC_TOLERANCE = Fraction(1, 10**6)  # relative, for the 'numeric' verifier
+
+
+class Verifier(Protocol):
+    def __call__(self, completion: str, gold: str, *, reveal_answer: bool = True) -> Verdict: ...
+
+
+VERIFIERS: Registry[Verifier] = Registry("verifier")
+
+
+@VERIFIERS.register("math")
+def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, require_tags: bool = False) -> Verdict:
+    """The tagged answer, or without tags the whole reply, is mathematically equal to `gold`."""
+    answer = extract_tagged(completion)
+    if answer is None and require_tags:
+        return _failure(NO_ANSWER)
+    if answer is None:
+        correct = _math_verify(gold, completion, answer_is_whole_reply=True)
+        return _success() if correct else _failure(NO_ANSWER)
+    if not answer:
+        return _failure("the <answer></answer> tags are empty")
+    return _success() if answers_match(answer, gold) else _wrong(answer, gold, reveal_answer)
+
+
+@VERIFIERS.register("exact")
+def verify_exact(completion: str, gold: str, *, reveal_answer: bool = True) -> Verdict:
+    """The tagged answer, stripped, equals `gold`, stripped."""
+    answer = extract_tagged(completion)
+    if answer is None:
+        return _failure(NO_ANSWER)
+    return _success() if answer == str(gold).strip() else _wrong(answer, gold, reveal_answer)
+
+
+@VERIFIERS.register("numeric")
+def verify_numeric(completion: str, gold: str, *, reveal_answer: bool = True) -> Verdict:
+    """The tagged answer, or without tags the last number, is within 1e-6 (relative) of `gold`."""
+    expected = parse_number(str(gold))
+    if expected is None:
+        return _failure(f"the reference answer {_quote(gold)} is not a number; the 'numeric' verifier needs one")
+    answer = extract_tagged(completion)
+    if answer is None:
+        answer = extract_final_number(completion)
+        if answer is None:
+            return _failure(NO_ANSWER)
+    value = parse_number(answer)
+    if value is None:
+        return _failure(f"answered {_quote(answer)}, which is not a number")
+    close = abs(value - expected) <= NUMERIC_TOLERANCE * max(1, abs(expected))
+    return _success() if close else _wrong(answer, gold, reveal_answer)
+
+
+def answers_match(answer: str, gold: str) -> bool:
+    """Exact numeric comparison when both are plain numbers, math-verify otherwise."""
+    gold = str(gold).strip()
+    answer_number, gold_number = parse_number(answer), parse_number(gold)
+    if answer_number is not None and gold_number is not None:
+        if answer_number == gold_number:
+            return True
+        if answer_number.denominator == 1 and gold_number.denominator == 1:
+            return False  # two different integers: no need for math-verify
+    return _math_verify(gold, answer)
+
+
+def _math_verify(gold: str, answer: str, answer_is_whole_reply: bool = False) -> bool:
+    from math_verify import parse, verify  # imported lazily: it pulls in sympy
+
+    # signal-based timeouts only work in the main thread; elsewhere run without them
+    timeout = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    parsed_gold = _parse_short(gold, parse, timeout)
+    if answer_is_whole_reply:
+        parsed_answer = parse(answer, parsing_timeout=timeout)
+    else:
+        parsed_answer = _parse_short(answer, parse, timeout)
+    if not parsed_gold or not parsed_answer:
+        return False
+    return bool(verify(parsed_gold, parsed_answer, timeout_seconds=timeout))
+
+
+def _parse_short(text: str, parse, timeout: int | None) -> list:
+    """A bare answer is read as one LaTeX expression ('1+x' stays 1+x), else as free text."""
+    if "$" not in text and "\\boxed" not in text:
+        parsed = parse(f"${text}$", parsing_timeout=timeout)
+        if parsed:
+            return parsed
+    return parse(text, parsing_timeout=timeout)
+
+
+def _success() -> Verdict:
+    return Verdict(reward=1.0, success=True, feedback="correct")
+
+
+def _failure(feedback: str) -> Verdict:
+    return Verdict(reward=0.0, success=False, feedback=feedback)
+
+
+def _wrong(answer: str, gold: str, reveal_answer: bool) -> Verdict:
+    if reveal_answer:
+        return _failure(f"answered {_quote(answer)}, the correct answer is {_quote(gold)}")
+    return _failure(f"answered {_quote(answer)}, which is not correct")
+
+
+def _quote(text: object, limit: int = 80) -> str:
+    """Short one-line rendering of an answer for feedback."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -1,0 +1,62 @@
+"""The experience record every strategy emits and every learner consumes (see docs/DESIGN.md)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+KINDS = ("base", "retry", "reflection", "guided_retry", "first_attempt", "second_attempt", "sft")
+
+
+@dataclass
+class Experience:
+    group: str
+    kind: str
+    tokens: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    reward: float
+    advantage: float = 0.0
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    pivot: int | None = None
+    text: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown experience kind {self.kind!r}")
+        n = len(self.tokens)
+        if len(self.loss_mask) != n or len(self.logprobs) != n:
+            raise ValueError(
+                f"tokens ({n}), loss_mask ({len(self.loss_mask)}) and logprobs ({len(self.logprobs)}) must align"
+            )
+
+    @property
+    def num_trained_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["turn_spans"] = [list(span) for span in self.turn_spans]
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> "Experience":
+        record = dict(record)
+        record["turn_spans"] = [tuple(span) for span in record.get("turn_spans", [])]
+        return cls(**record)
+
+
+def write_jsonl(experiences: Iterable[Experience], path: str | Path, append: bool = False) -> int:
+    count = 0
+    with open(path, "a" if append else "w", encoding="utf-8") as handle:
+        for experience in experiences:
+            handle.write(json.dumps(experience.to_dict(), ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def read_jsonl(path: str | Path) -> list[Experience]:
+    with open(path, encoding="utf-8") as handle:
+        return [Experience.from_dict(json.loads(line)) for line in handle if line.strip()]

@@ -1,0 +1,1 @@
+"""Learner: batching, optimisation, checkpoints."""

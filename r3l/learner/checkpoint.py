@@ -1,0 +1,66 @@
+"""Checkpoints in a run directory: model (loadable by `r3l eval`), optimizer, scheduler, step, data and RNG state."""
+from __future__ import annotations
+
+import copy
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    link = checkpoint_root(run_dir) / "latest"
+    return link.resolve() if link.exists() else None
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.random.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    torch.random.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def is_lora(model) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict[str, Any], keep: int = 2) -> Path:
+    """Write checkpoints/step_N atomically, point `latest` at it and keep the newest `keep` checkpoints."""
+    root = checkpoint_root(run_dir)
+    final = root / f"step_{step:06d}"
+    partial = root / f".step_{step:06d}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    if is_lora(model):
+        model.save_pretrained(partial / "adapter")
+        copy.deepcopy(model).merge_and_unload().save_pretrained(partial / "model")
+    else:
+        model.save_pretrained(partial / "model")
+    tokenizer.save_pretrained(partial / "model")
+    torch.save({**trainer_state, "step": step, "rng": rng_state()}, partial / "state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    partial.rename(final)
+    link = root / "latest"
+    temporary = root / ".latest.tmp"
+    if temporary.is_symlink() or temporary.exists():
+        temporary.unlink()
+    temporary.symlink_to(final.name)
+    os.replace(temporary, link)
+    for old in sorted(root.glob("step_*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    return torch.load(checkpoint / "state.pt", weights_only=False)

@@ -1,0 +1,133 @@
+"""The learner: turns experiences into one optimizer step (micro-batches, accumulation, KL, clipping)."""
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Sequence
+
+import torch
+
+from r3l.algorithms import ADVANTAGES, POLICY_LOSSES, aggregate, entropy_from_logits, kl_penalty, token_logprobs
+from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
+from r3l.errors import UserError
+from r3l.experience import Experience
+from r3l.learner.batching import collate, micro_batches
+from r3l.learner.schedule import make_scheduler
+
+
+def assign_advantages(experiences: Sequence[Experience], name: str, args: dict) -> None:
+    """Compute the advantage of every experience from the rewards of its group, in place."""
+    if not experiences:
+        return
+    group_index: dict[str, int] = {}
+    group_ids = torch.tensor([group_index.setdefault(e.group, len(group_index)) for e in experiences])
+    rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
+    try:
+        advantages = ADVANTAGES.get(name)(rewards, group_ids, **args)
+    except TypeError as error:
+        raise UserError(f"bad algorithm.advantage_args for '{name}': {error}") from None
+    for experience, value in zip(experiences, advantages.tolist()):
+        experience.advantage = float(value)
+
+
+def apply_lora(model, lora: LoraConfig):
+    from peft import LoraConfig as PeftLoraConfig, get_peft_model
+
+    settings = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                              target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    return get_peft_model(model, settings)
+
+
+class Learner:
+    def __init__(self, model, tokenizer, algorithm: AlgorithmConfig, train: TrainConfig, *, temperature: float,
+                 autocast_bf16: bool = True, ref_model=None, total_steps: int | None = None):
+        self.model = model
+        self.pad_id = tokenizer.pad_token_id
+        self.algorithm = algorithm
+        self.train = train
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.autocast_bf16 = autocast_bf16
+        self.ref_model = ref_model if algorithm.kl_coef > 0 else None
+        self.loss_fn = POLICY_LOSSES.get(algorithm.policy_loss)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
+        self.scheduler = make_scheduler(self.optimizer, total_steps or train.steps, train.warmup_ratio, train.schedule)
+
+    def _autocast(self):
+        if self.autocast_bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _logits(self, model, batch):
+        with self._autocast():
+            return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1]
+
+    def _old_logprobs(self, experiences, batches) -> list[torch.Tensor]:
+        old = []
+        with torch.no_grad():
+            for mb in batches:
+                batch = collate([experiences[i] for i in mb], self.pad_id)
+                old.append(token_logprobs(self._logits(self.model, batch), batch["targets"], self.temperature))
+        return old
+
+    def update(self, experiences: Sequence[Experience]) -> dict[str, float]:
+        """One optimizer step per pass over `experiences` (advantages must already be set)."""
+        trained = [e for e in experiences if e.num_trained_tokens > 0]
+        if not trained:
+            return {"trained_tokens": 0.0}
+        batches = micro_batches([len(e.tokens) for e in trained], self.train.micro_batch_size)
+        if self.algorithm.aggregation == "token-mean":
+            denominator = float(sum(e.num_trained_tokens for e in trained))
+        else:
+            denominator = float(len(trained))
+        stored_old = self._old_logprobs(trained, batches) if self.algorithm.updates_per_batch > 1 else None
+        sums: dict[str, float] = defaultdict(float)
+        self.model.train()
+        for update in range(self.algorithm.updates_per_batch):
+            self.optimizer.zero_grad(set_to_none=True)
+            for index, mb in enumerate(batches):
+                batch = collate([trained[i] for i in mb], self.pad_id)
+                self._accumulate(batch, stored_old[index] if stored_old else None, denominator, sums, update == 0)
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip)
+            sums["grad_norm"] += float(grad_norm)
+            self.optimizer.step()
+        self.scheduler.step()
+        tokens = sums.pop("tokens")
+        metrics = {k: v / tokens for k, v in sums.items() if k not in ("grad_norm", "loss", "kl")}
+        metrics["loss"] = sums["loss"] / self.algorithm.updates_per_batch
+        metrics["grad_norm"] = sums["grad_norm"] / self.algorithm.updates_per_batch
+        if "kl" in sums:
+            metrics["kl"] = sums["kl"]
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        metrics["trained_tokens"] = tokens
+        return metrics
+
+    def _accumulate(self, batch, old_logprobs, denominator: float, sums: dict[str, float], first_pass: bool) -> None:
+        mask = batch["loss_mask"]
+        logits = self._logits(self.model, batch)
+        logprobs = token_logprobs(logits, batch["targets"], self.temperature)
+        old = old_logprobs if old_logprobs is not None else logprobs.detach()
+        loss, loss_metrics = self.loss_fn(logprobs, old, batch["advantages"], mask,
+                                          aggregation=self.algorithm.aggregation, denominator=denominator,
+                                          **self.algorithm.loss_args)
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logprobs = token_logprobs(self._logits(self.ref_model, batch), batch["targets"], self.temperature)
+            kl = aggregate(kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator), mask,
+                           self.algorithm.aggregation, denominator)
+            loss = loss + self.algorithm.kl_coef * kl
+            sums["kl"] += float(kl) / self.algorithm.updates_per_batch
+        loss.backward()
+        sums["loss"] += float(loss)
+        if not first_pass:
+            return
+        count = float(mask.sum())
+        sums["tokens"] += count
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits.detach(), temperature=self.temperature)
+            sums["entropy"] += float((entropy * mask).sum())
+            gap = (logprobs.detach() - batch["gen_logprobs"]).abs()
+            sums["generator_logprob_gap"] += float((gap * mask).sum())
+            for key, value in loss_metrics.items():
+                sums[key] += value * count

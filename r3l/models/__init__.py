@@ -1,0 +1,62 @@
+"""Load a policy and its tokenizer from an alias, a local path, a run directory or a hub id."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from r3l.errors import UserError
+from r3l.registry import Registry
+
+ModelLoader = Callable[[torch.dtype], tuple["torch.nn.Module", object]]
+ALIASES: Registry[ModelLoader] = Registry("model alias")
+
+from r3l.models import embedded, tiny  # noqa: E402,F401  (register the aliases)
+
+
+def resolve_local_path(name: str) -> Path | None:
+    """A local model directory for `name`: a saved model, or a run directory's latest checkpoint."""
+    path = Path(name).expanduser()
+    if not path.exists():
+        return None
+    if (path / "config.json").exists():
+        return path
+    for candidate in (path / "checkpoints" / "latest" / "model", path / "model"):
+        if (candidate / "config.json").exists():
+            return candidate
+    raise UserError(f"{name} holds no model (no config.json, no checkpoints/latest/model); pass a model directory")
+
+
+def load_policy(name: str, dtype: torch.dtype = torch.float32):
+    """Return (model, tokenizer) ready for training on CPU; never reaches the hub for local models."""
+    if name in ALIASES:
+        return ALIASES.get(name)(dtype)
+    local = resolve_local_path(name)
+    if local is not None:
+        return load_pretrained(str(local), dtype, local_only=True)
+    if "/" not in name or name.startswith((".", "/", "~")):
+        raise UserError(
+            f"unknown model '{name}': not an alias ({', '.join(ALIASES.names())}), a local directory or a hub id"
+        )
+    return load_pretrained(name, dtype, local_only=os.environ.get("HF_HUB_OFFLINE") == "1")
+
+
+def load_pretrained(source: str, dtype: torch.dtype, local_only: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=local_only)
+    except OSError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"cannot load model '{source}': {first_line}") from None
+    return prepare(model, tokenizer)
+
+
+def prepare(model, tokenizer):
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.use_cache = True
+    return model, tokenizer

@@ -1,0 +1,40 @@
+"""A small name -> object registry used for environments, algorithms, generators and strategies."""
+from __future__ import annotations
+
+from typing import Callable, Generic, Iterator, TypeVar
+
+from r3l.errors import UserError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def decorator(obj: T) -> T:
+            if name in self._items:
+                raise ValueError(f"{self.kind} '{name}' is registered twice")
+            self._items[name] = obj
+            return obj
+
+        return decorator
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UserError(
+                f"unknown {self.kind} '{name}'; choose one of: {', '.join(sorted(self._items))}"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[tuple[str, T]]:
+        return iter(sorted(self._items.items()))

@@ -1,0 +1,1 @@
+"""Generators and episode runners."""

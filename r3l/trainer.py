@@ -1,0 +1,205 @@
+"""The training loop: explore -> advantages -> learner -> log, with evaluation, checkpoints and resume."""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from r3l.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES
+from r3l.build import build_parts, eval_params
+from r3l.config import Config, dump_config
+from r3l.evaluate import EvalResult, evaluate
+from r3l.experience import write_jsonl
+from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
+from r3l.learner.learner import Learner, apply_lora, assign_advantages
+from r3l.learner.weights import load_weights, merged_state_dict
+from r3l.logging import MetricsLogger, TrainProgress, console
+from r3l.task_sampler import TaskSampler
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def new_run_dir(config: Config) -> Path:
+    name = config.run.name or f"{config.env.name}-{config.algorithm.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(config.run.dir) / name
+    suffix = 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = Path(config.run.dir) / f"{name}-{suffix}"
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def check_algorithm_names(config: Config) -> None:
+    ADVANTAGES.get(config.algorithm.advantage)
+    POLICY_LOSSES.get(config.algorithm.policy_loss)
+    KL_ESTIMATORS.get(config.algorithm.kl_estimator)
+
+
+class GracefulInterrupt:
+    """First Ctrl-C: finish the current step, checkpoint and stop. Second Ctrl-C: abandon the step."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        console.print("[yellow]interrupt: finishing this step, then checkpointing (Ctrl-C again to abandon it)[/]")
+
+    def __enter__(self) -> "GracefulInterrupt":
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+class Trainer:
+    def __init__(self, config: Config, run_dir: Path | None = None, resume: bool = False):
+        check_algorithm_names(config)
+        self.config = config
+        self.run_dir = run_dir if run_dir is not None else new_run_dir(config)
+        (self.run_dir / "config.yaml").write_text(dump_config(config))
+        seed_everything(config.run.seed)
+        self.parts = build_parts(config)
+        env = self.parts.make_env()
+        self.sampler = TaskSampler(env.tasks("train"), seed=config.run.seed)
+        self.test_tasks = list(env.tasks("test"))[: config.eval.size]
+        model = self.parts.model
+        if config.model.lora.enabled:
+            model = apply_lora(model, config.model.lora)
+        if config.model.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.model = model
+        ref_model = None
+        if config.algorithm.kl_coef > 0:
+            ref_model = copy.deepcopy(self.parts.model).eval().requires_grad_(False)
+        self.learner = Learner(model, self.parts.tokenizer, config.algorithm, config.train,
+                               temperature=config.sampling.temperature, autocast_bf16=config.model.autocast_bf16,
+                               ref_model=ref_model, total_steps=config.train.steps)
+        self.step = 0
+        self.history: dict[str, Any] = {}
+        if resume:
+            self._resume()
+
+    def _resume(self) -> None:
+        checkpoint = latest_checkpoint(self.run_dir)
+        if checkpoint is None:
+            from r3l.errors import UserError
+
+            raise UserError(f"{self.run_dir} has no checkpoint to resume from; start a new run instead")
+        state = load_trainer_state(checkpoint)
+        load_weights(self.model, checkpoint)
+        self.learner.optimizer.load_state_dict(state["optimizer"])
+        self.learner.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.history = state.get("history", {})
+        restore_rng(state["rng"])
+        self.step = state["step"]
+        with merged_state_dict(self.model) as weights:
+            self.parts.generator.sync_weights(weights)
+        console.print(f"resumed {self.run_dir} at step {self.step}")
+
+    def _trainer_state(self) -> dict[str, Any]:
+        return {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
+                "sampler": self.sampler.state_dict(), "history": self.history}
+
+    def checkpoint(self) -> Path:
+        return save_checkpoint(self.run_dir, self.step, self.model, self.parts.tokenizer, self._trainer_state())
+
+    def evaluate(self, label: str) -> EvalResult | None:
+        if not self.test_tasks:
+            return None
+        result = evaluate(self.test_tasks, self.parts.make_env, self.parts.generator, self.parts.tokenizer,
+                          eval_params(self.config), system_prompt=self.config.env.system_prompt)
+        (self.run_dir / f"eval_{label}.json").write_text(
+            json.dumps({**result.summary(), "step": self.step, "samples": result.samples}, indent=1))
+        self.history[f"eval_{label}"] = result.summary()
+        return result
+
+    def train_step(self) -> dict[str, float]:
+        config = self.config
+        started = time.perf_counter()
+        tasks = self.sampler.next_batch(config.train.tasks_per_step)
+        experiences, metrics = self.parts.strategy.explore(tasks, self.step)
+        rollout_seconds = time.perf_counter() - started
+        assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
+        if config.logging.dump_experiences:
+            dump_dir = self.run_dir / "experiences"
+            dump_dir.mkdir(exist_ok=True)
+            write_jsonl(experiences, dump_dir / f"step_{self.step + 1:06d}.jsonl")
+        learn_started = time.perf_counter()
+        metrics.update(self.learner.update(experiences))
+        with merged_state_dict(self.model) as weights:
+            self.parts.generator.sync_weights(weights)
+        learn_seconds = time.perf_counter() - learn_started
+        trained_tokens = sum(len(e.tokens) for e in experiences)
+        metrics.update({
+            "rollout_seconds": rollout_seconds,
+            "train_seconds": learn_seconds,
+            "step_seconds": time.perf_counter() - started,
+            "rollout_tokens_per_s": metrics.get("generated_tokens", 0.0) / max(rollout_seconds, 1e-9),
+            "train_tokens_per_s": trained_tokens / max(learn_seconds, 1e-9),
+        })
+        self.step += 1
+        return metrics
+
+    def run(self) -> dict[str, Any]:
+        config = self.config
+        started = time.perf_counter()
+        logging = config.logging
+        logger = MetricsLogger(self.run_dir, tensorboard=logging.tensorboard, wandb=logging.wandb)
+        try:
+            if self.step == 0 and "eval_before" not in self.history:
+                before = self.evaluate("before")
+                if before is not None:
+                    logger.log(0, {"eval/success": before.success, "eval/reward": before.mean_reward})
+                    console.print(f"held-out success before training: {before.success:.3f} "
+                                  f"[{before.ci_low:.3f}, {before.ci_high:.3f}] on {before.total} tasks")
+            with TrainProgress(config.train.steps, start_step=self.step, enabled=logging.progress) as progress, \
+                    GracefulInterrupt() as interrupt:
+                while self.step < config.train.steps:
+                    metrics = self.train_step()
+                    logger.log(self.step, metrics)
+                    progress.update(self.step, metrics)
+                    if config.eval.every and self.step % config.eval.every == 0 and self.step < config.train.steps:
+                        result = self.evaluate(f"step{self.step}")
+                        if result is not None:
+                            logger.log(self.step, {"eval/success": result.success, "eval/reward": result.mean_reward})
+                    if interrupt.requested:
+                        break
+                    if config.train.checkpoint_every and self.step % config.train.checkpoint_every == 0:
+                        self.checkpoint()
+            self.checkpoint()
+            if self.step < config.train.steps:
+                console.print(f"stopped at step {self.step}; continue with: r3l train --resume {self.run_dir}")
+                return {"run_dir": str(self.run_dir), "step": self.step, "interrupted": True}
+            after = self.evaluate("after")
+            if after is not None:
+                logger.log(self.step, {"eval/success": after.success, "eval/reward": after.mean_reward})
+        finally:
+            logger.close()
+        summary = {"run_dir": str(self.run_dir), "step": self.step,
+                   "wall_seconds_this_session": time.perf_counter() - started,
+                   "eval_before": self.history.get("eval_before"), "eval_after": self.history.get("eval_after")}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        return summary

@@ -1,0 +1,171 @@
+"""The 'arithmetic' and 'gsm' environments, answer extraction and the named verifiers."""
+from fractions import Fraction
+
+import pytest
+
+import r3l.envs
+from r3l.envs.answer import extract_final_number, extract_tagged, parse_number
+from r3l.envs.arithmetic import ArithmeticEnv, GsmEnv, clear_task_cache
+from r3l.envs.base import Task
+from r3l.envs.safe_math import evaluate
+from r3l.envs.verifiers import VERIFIERS, answers_match
+from r3l.errors import UserError
+
+NO_ANSWER = "no answer found inside <answer></answer> tags"
+
+
+@pytest.fixture(scope="module")
+def arithmetic():
+    return ArithmeticEnv(seed=0, train_size=40, test_size=20, max_digits=2)
+
+
+@pytest.fixture(scope="module")
+def gsm():
+    return GsmEnv(seed=0, train_size=10, test_size=5)
+
+
+def task(answer: str) -> Task:
+    return Task(id="t", prompt="Calculate 6 * 7.", answer=answer)
+
+
+# ---------------------------------------------------------------- answer extraction
+def test_extract_tagged_takes_the_last_block_and_tolerates_case_and_spaces():
+    assert extract_tagged("<answer>1</answer> then < Answer >\n 42 \n</ ANSWER>") == "42"
+    assert extract_tagged("<answer>unclosed") is None
+    assert extract_tagged("<final>x</final>", tag="final") == "x"
+
+
+def test_extract_final_number():
+    assert extract_final_number("so 3 apples cost $1,234.50 in total.") == "1234.50"
+    assert extract_final_number("no digits") is None
+    assert extract_final_number("it is -7") == "-7"
+
+
+@pytest.mark.parametrize("text, value", [("42", 42), (" -3.5 ", Fraction(-7, 2)), ("1,234", 1234),
+                                         ("$18", 18), ("3/4", Fraction(3, 4)), ("12 apples", 12),
+                                         ("42.", 42)])
+def test_parse_number(text, value):
+    assert parse_number(text) == value
+
+
+@pytest.mark.parametrize("text", ["x + 1", "forty", "1/0", "", "2 3"])
+def test_parse_number_rejects_non_numbers(text):
+    assert parse_number(text) is None
+
+
+# ---------------------------------------------------------------- grading
+@pytest.mark.parametrize("answer, gold", [("42", "42"), ("42.0", "42"), ("\\frac{84}{2}", "42"),
+                                          ("1/2", "0.5"), ("0.5", "\\frac{1}{2}"), ("1+x", "x+1"),
+                                          ("28,080", "28080")])
+def test_answers_match(answer, gold):
+    assert answers_match(answer, gold)
+
+
+@pytest.mark.parametrize("answer, gold", [("41", "42"), ("1+x", "1"), ("forty-two", "42"), ("0.5", "1/3")])
+def test_answers_do_not_match(answer, gold):
+    assert not answers_match(answer, gold)
+
+
+def test_arithmetic_env_grades_right_and_wrong(arithmetic):
+    right = arithmetic.verify(task("42"), "6 times 7 is 42. <answer>42</answer>")
+    assert (right.reward, right.success) == (1.0, True)
+    latex = arithmetic.verify(task("-55761"), "<answer>$-55{,}761$</answer>")
+    assert latex.success
+    wrong = arithmetic.verify(task("42"), "<answer>32</answer>")
+    assert (wrong.reward, wrong.success) == (0.0, False)
+    assert wrong.feedback == "answered 32, the correct answer is 42"
+
+
+def test_arithmetic_env_requires_tags(arithmetic):
+    verdict = arithmetic.verify(task("42"), "The answer is 42.")
+    assert (verdict.reward, verdict.feedback) == (0.0, NO_ANSWER)
+
+
+def test_answer_can_be_hidden_from_feedback():
+    env = ArithmeticEnv(seed=0, train_size=1, test_size=1, reveal_answer_in_feedback=False)
+    verdict = env.verify(task("42"), "<answer>32</answer>")
+    assert verdict.feedback == "answered 32, which is not correct" and "42" not in verdict.feedback
+
+
+def test_arithmetic_tasks_have_exact_integer_golds(arithmetic):
+    for item in [*arithmetic.tasks("test"), *arithmetic.tasks("train")]:
+        assert evaluate(item.data["expression"]).value == int(item.answer)
+        assert item.prompt.startswith(item.data["question"]) and "<answer></answer>" in item.prompt
+        assert arithmetic.verify(item, f"<answer>{item.answer}</answer>").success
+
+
+def test_floor_division_golds_from_reasoning_gym_are_skipped(arithmetic):
+    assert not arithmetic.keep({"answer": "0", "metadata": {"expression": "8 / -( 5 * -8 + -39 )"}})
+    assert arithmetic.keep({"answer": "2", "metadata": {"expression": "8 / 4"}})
+
+
+def test_arithmetic_settings_are_passed_through():
+    env = ArithmeticEnv(seed=1, train_size=10, test_size=5, min_terms=2, max_terms=2, min_digits=1,
+                        max_digits=1, operators=["+"], allow_parentheses=False)
+    for item in env.tasks("train"):
+        left, plus, right = item.data["expression"].split()
+        assert plus == "+" and int(left) + int(right) == int(item.answer)
+
+
+def test_arithmetic_splits_disjoint_and_deterministic(arithmetic):
+    train = {t.data["question"] for t in arithmetic.tasks("train")}
+    test = {t.data["question"] for t in arithmetic.tasks("test")}
+    assert len(train) == 40 and len(test) == 20 and not train & test
+    clear_task_cache()
+    again = ArithmeticEnv(seed=0, train_size=40, test_size=20, max_digits=2)
+    assert [t.prompt for t in again.tasks("train")] == [t.prompt for t in arithmetic.tasks("train")]
+
+
+def test_tiny_problem_space_is_a_clear_error():
+    env = ArithmeticEnv(seed=0, train_size=500, test_size=5, min_terms=1, max_terms=1, min_digits=1,
+                        max_digits=1, allow_parentheses=False)
+    with pytest.raises(UserError, match="distinct tasks"):
+        list(env.tasks("train"))
+
+
+def test_gsm_env(gsm):
+    item = gsm.tasks("test")[0]
+    assert item.id == "gsm-test-0" and "<answer></answer>" in item.prompt
+    assert gsm.verify(item, f"Reasoning... <answer>{item.answer}</answer>").success
+    wrong = gsm.verify(item, "<answer>-1</answer>")
+    assert not wrong.success and wrong.feedback == f"answered -1, the correct answer is {item.answer}"
+    assert not {t.prompt for t in gsm.tasks("test")} & {t.prompt for t in gsm.tasks("train")}
+
+
+def test_make_builds_both_and_rejects_bad_settings():
+    assert isinstance(r3l.envs.make("arithmetic", train_size=2, test_size=2), ArithmeticEnv)
+    assert isinstance(r3l.envs.make("gsm", train_size=2, test_size=2), GsmEnv)
+    with pytest.raises(UserError, match="bad settings for environment 'arithmetic'"):
+        r3l.envs.make("arithmetic", min_terms=3, max_terms=2)
+    with pytest.raises(UserError, match="bad settings for environment 'gsm'"):
+        r3l.envs.make("gsm", max_digits=3)
+
+
+# ---------------------------------------------------------------- named verifiers
+def test_verifier_registry_names():
+    assert VERIFIERS.names() == ["exact", "math", "numeric"]
+    with pytest.raises(UserError, match="unknown verifier 'fuzzy'"):
+        VERIFIERS.get("fuzzy")
+
+
+def test_math_verifier_falls_back_to_the_whole_reply():
+    verify = VERIFIERS.get("math")
+    assert verify("so the answer is \\boxed{\\frac{1}{2}}", "0.5").success
+    assert verify("<answer>0.5</answer>", "1/2").success
+    assert verify("I think it is 7", "8").feedback == NO_ANSWER
+
+
+def test_exact_verifier():
+    verify = VERIFIERS.get("exact")
+    assert verify("<answer> Paris </answer>", "Paris").success
+    assert verify("<answer>paris</answer>", "Paris").feedback == "answered paris, the correct answer is Paris"
+    assert verify("Paris", "Paris").feedback == NO_ANSWER
+
+
+def test_numeric_verifier():
+    verify = VERIFIERS.get("numeric")
+    assert verify("<answer>3.0000001</answer>", "3").success
+    assert verify("the total is 1,200 dollars", "1200").success
+    assert verify("<answer>3.01</answer>", "3").feedback == "answered 3.01, the correct answer is 3"
+    assert verify("<answer>three</answer>", "3").feedback == "answered three, which is not a number"
+    assert "not a number" in verify("<answer>3</answer>", "three").feedback
