@@ -13,6 +13,7 @@ from r3l.config import Config
 from r3l.envs import Env, make
 from r3l.errors import UserError
 from r3l.explore import ExploreContext, Strategy, make_strategy
+from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -75,7 +76,7 @@ def build_parts(config: Config) -> Parts:
     generator = make_generator(config, model, tokenizer)
     context = ExploreContext(make_env=make_env, generator=generator, tokenizer=tokenizer,
                              sampling=sampling_params(config, seed=config.run.seed * 100_003),
-                             group_size=config.sampling.group_size, system_prompt=config.env.system_prompt)
+                             group_size=config.sampling.group_size, prompt_format=PromptFormat.from_config(config.env))
     try:
         strategy = make_strategy(config.algorithm.strategy, context)
     except TypeError as error:

@@ -68,6 +68,7 @@ def evaluate_command(
     """Held-out success rate of a model on a task's test split, with a 95% confidence interval."""
     from r3l.build import eval_params, load_model, make_generator, env_factory
     from r3l.evaluate import evaluate
+    from r3l.rollout.chat import PromptFormat
     from r3l.trainer import new_run_dir
 
     config = load(args, [f"model.name={model}"] if model else [])
@@ -75,7 +76,7 @@ def evaluate_command(
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
     tasks = list(make_env().tasks("test"))[: config.eval.size]
-    result = evaluate(tasks, make_env, generator, tokenizer, eval_params(config), config.env.system_prompt)
+    result = evaluate(tasks, make_env, generator, tokenizer, eval_params(config), PromptFormat.from_config(config.env))
     out_dir = out or new_run_dir(config.model_copy(update={"run": config.run.model_copy(
         update={"name": config.run.name or f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -38,10 +38,16 @@ class ModelConfig(Section):
     _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
 
 
+class Message(Section):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
 class EnvConfig(Section):
     name: str = "arithmetic"
     args: dict[str, Any] = {}
-    system_prompt: str | None = None
+    system_prompt: str | None = Field(None, description="replaces the environment's own system prompt")
+    few_shot: list[Message] = Field([], description="example turns placed before each task's first message")
     _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
 
 
@@ -160,11 +166,7 @@ def apply_override(tree: dict[str, Any], path: list[str], value: Any) -> None:
             raise UserError(f"cannot set {'.'.join(path)}: '{part}' is a value, not a section")
         node[part] = child
         node = child
-    leaf = path[-1]
-    if isinstance(node.get(leaf), dict) and not isinstance(value, dict) and leaf in ("model", "env", "generator", "algorithm"):
-        node[leaf] = {**node[leaf], "name": value}
-    else:
-        node[leaf] = value
+    node[path[-1]] = value  # `env=countdown` picks countdown with its own defaults; `env.name=...` keeps the rest
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -209,8 +211,12 @@ def format_validation_error(error: ValidationError) -> str:
     return f"config error at '{where}': {message}{shown}"
 
 
+DEFAULT_PRESET = "default"
+
+
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    tree = read_yaml(resolve_config_path(path)) if path else {}
+    """Validate CONFIG (default: the `default` preset) with dotted overrides applied in order."""
+    tree = read_yaml(resolve_config_path(path or DEFAULT_PRESET))
     for override in overrides:
         apply_override(tree, *parse_override(override))
     try:

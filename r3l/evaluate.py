@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from r3l.envs import Env, Task
+from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Generator, SamplingParams
 from r3l.rollout.single_turn import run_single_turn
 
@@ -37,8 +38,9 @@ class EvalResult:
 
 
 def evaluate(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
-             params: SamplingParams, system_prompt: str | None = None) -> EvalResult:
-    groups = run_single_turn(tasks, make_env, generator, tokenizer, params, group_size=1, system_prompt=system_prompt)
+             params: SamplingParams, prompt_format: PromptFormat = PromptFormat()) -> EvalResult:
+    groups = run_single_turn(tasks, make_env, generator, tokenizer, params, group_size=1,
+                             prompt_format=prompt_format)
     episodes = [group[0] for group in groups]
     successes = sum(e.success for e in episodes)
     total = len(episodes)

@@ -11,7 +11,7 @@ class TaskSampler:
     def __init__(self, tasks: Sequence[Task], seed: int):
         if not tasks:
             raise ValueError("the training split has no tasks")
-        self.tasks = list(tasks)
+        self.tasks = tasks  # a lazy Sequence: tasks are only built when drawn
         self.seed = seed
         self.epoch = 0
         self.position = 0

@@ -22,6 +22,7 @@ from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restor
 from r3l.learner.learner import Learner, apply_lora, assign_advantages
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console
+from r3l.rollout.chat import PromptFormat
 from r3l.task_sampler import TaskSampler
 
 
@@ -130,7 +131,7 @@ class Trainer:
         if not self.test_tasks:
             return None
         result = evaluate(self.test_tasks, self.parts.make_env, self.parts.generator, self.parts.tokenizer,
-                          eval_params(self.config), system_prompt=self.config.env.system_prompt)
+                          eval_params(self.config), PromptFormat.from_config(self.config.env))
         (self.run_dir / f"eval_{label}.json").write_text(
             json.dumps({**result.summary(), "step": self.step, "samples": result.samples}, indent=1))
         self.history[f"eval_{label}"] = result.summary()

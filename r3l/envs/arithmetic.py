@@ -155,12 +155,13 @@ class _TaggedAnswerEnv(ReasoningGymEnv):
     """Question plus an instruction to answer in <answer></answer> tags; graded with math-verify."""
 
     def __init__(self, *, seed: int, train_size: int, test_size: int, reveal_answer_in_feedback: bool,
-                 config: dict[str, Any]):
+                 config: dict[str, Any], instruction: str = ANSWER_INSTRUCTION):
         self.reveal_answer_in_feedback = reveal_answer_in_feedback
+        self.instruction = instruction
         super().__init__(seed=seed, train_size=train_size, test_size=test_size, config=config)
 
     def prompt(self, item: Item) -> str:
-        return f"{item['question']}\n\n{ANSWER_INSTRUCTION}"
+        return f"{item['question']}\n\n{self.instruction}" if self.instruction else item["question"]
 
     def verify(self, task: Task, completion: str) -> Verdict:
         return verify_math(completion, task.answer, reveal_answer=self.reveal_answer_in_feedback, require_tags=True)
@@ -175,12 +176,13 @@ class ArithmeticEnv(_TaggedAnswerEnv):
     def __init__(self, *, seed: int = 0, train_size: int = 2000, test_size: int = 200,
                  min_terms: int = 2, max_terms: int = 6, min_digits: int = 1, max_digits: int = 4,
                  operators: Sequence[str] = ("+", "-", "*", "/"), allow_parentheses: bool = True,
-                 allow_negation: bool = True, reveal_answer_in_feedback: bool = True):
+                 allow_negation: bool = True, reveal_answer_in_feedback: bool = True,
+                 instruction: str = ANSWER_INSTRUCTION):
         config = dict(min_terms=min_terms, max_terms=max_terms, min_digits=min_digits, max_digits=max_digits,
                       operators=tuple(operators), allow_parentheses=allow_parentheses,
                       allow_negation=allow_negation)
         super().__init__(seed=seed, train_size=train_size, test_size=test_size,
-                         reveal_answer_in_feedback=reveal_answer_in_feedback, config=config)
+                         reveal_answer_in_feedback=reveal_answer_in_feedback, config=config, instruction=instruction)
 
     def keep(self, item: Item) -> bool:
         """reasoning-gym computes some golds with floor division ('8 / 79' -> 0); keep only exact ones."""
@@ -198,9 +200,9 @@ class GsmEnv(_TaggedAnswerEnv):
     dataset_name = "gsm_symbolic"
 
     def __init__(self, *, seed: int = 0, train_size: int = 2000, test_size: int = 200,
-                 reveal_answer_in_feedback: bool = True):
+                 reveal_answer_in_feedback: bool = True, instruction: str = ANSWER_INSTRUCTION):
         super().__init__(seed=seed, train_size=train_size, test_size=test_size,
-                         reveal_answer_in_feedback=reveal_answer_in_feedback, config={})
+                         reveal_answer_in_feedback=reveal_answer_in_feedback, config={}, instruction=instruction)
 
 
 # Environments are made once per batch; tasks made for the same settings are shared across instances.

@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 from r3l.envs import Env, Task
 from r3l.experience import Experience
 from r3l.registry import Registry
+from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Generator, SamplingParams
 
 
@@ -21,7 +22,7 @@ class ExploreContext:
     tokenizer: Any
     sampling: SamplingParams
     group_size: int
-    system_prompt: str | None = None
+    prompt_format: PromptFormat = PromptFormat()
 
 
 class Strategy(ABC):

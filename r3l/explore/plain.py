@@ -50,7 +50,7 @@ class PlainStrategy(Strategy):
         context = self.context
         params = replace(context.sampling, seed=None if context.sampling.seed is None else context.sampling.seed + step)
         groups = run_single_turn(tasks, context.make_env, context.generator, context.tokenizer, params,
-                                 group_size=context.group_size, system_prompt=context.system_prompt)
+                                 group_size=context.group_size, prompt_format=context.prompt_format)
         experiences = [
             episode_to_experience(episode, group=f"step{step}-{task.id}")
             for task, group in zip(tasks, groups)

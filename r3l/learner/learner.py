@@ -30,6 +30,14 @@ def assign_advantages(experiences: Sequence[Experience], name: str, args: dict) 
         experience.advantage = float(value)
 
 
+def split_head(model):
+    """(decoder, LM head) of a transformers causal LM (LoRA-wrapped or not), or (None, None) if unknown."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    return (decoder, head) if decoder is not None and head is not None else (None, None)
+
+
 def apply_lora(model, lora: LoraConfig):
     from peft import LoraConfig as PeftLoraConfig, get_peft_model
 
@@ -58,16 +66,32 @@ class Learner:
             return torch.autocast("cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _logits(self, model, batch):
+    def _masked_logits(self, model, batch) -> torch.Tensor:
+        """Logits [N, V] at the N positions whose next token is trained; the LM head runs on those only."""
+        selected = batch["loss_mask"] > 0
         with self._autocast():
-            return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1]
+            decoder, head = split_head(model)
+            if decoder is None:
+                return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             use_cache=False).logits[:, :-1][selected]
+            hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             use_cache=False).last_hidden_state[:, :-1]
+            return head(hidden[selected])
+
+    def _logprobs(self, model, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-target log-probabilities [B, T-1] (zero where untrained) and the masked logits."""
+        logits = self._masked_logits(model, batch)
+        selected = batch["loss_mask"] > 0
+        values = token_logprobs(logits[None], batch["targets"][selected][None], self.temperature)[0]
+        full = torch.zeros(batch["loss_mask"].shape, dtype=values.dtype)
+        full = full.index_put((selected.nonzero(as_tuple=True)), values)
+        return full, logits
 
     def _old_logprobs(self, experiences, batches) -> list[torch.Tensor]:
         old = []
         with torch.no_grad():
             for mb in batches:
-                batch = collate([experiences[i] for i in mb], self.pad_id)
-                old.append(token_logprobs(self._logits(self.model, batch), batch["targets"], self.temperature))
+                old.append(self._logprobs(self.model, collate([experiences[i] for i in mb], self.pad_id))[0])
         return old
 
     def update(self, experiences: Sequence[Experience]) -> dict[str, float]:
@@ -105,28 +129,27 @@ class Learner:
 
     def _accumulate(self, batch, old_logprobs, denominator: float, sums: dict[str, float], first_pass: bool) -> None:
         mask = batch["loss_mask"]
-        logits = self._logits(self.model, batch)
-        logprobs = token_logprobs(logits, batch["targets"], self.temperature)
+        logprobs, logits = self._logprobs(self.model, batch)
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
         loss, loss_metrics = self.loss_fn(logprobs, old, batch["advantages"], mask,
                                           aggregation=self.algorithm.aggregation, denominator=denominator,
                                           **self.algorithm.loss_args)
         if self.ref_model is not None:
             with torch.no_grad():
-                ref_logprobs = token_logprobs(self._logits(self.ref_model, batch), batch["targets"], self.temperature)
+                ref_logprobs = self._logprobs(self.ref_model, batch)[0]
             kl = aggregate(kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator), mask,
                            self.algorithm.aggregation, denominator)
             loss = loss + self.algorithm.kl_coef * kl
-            sums["kl"] += float(kl) / self.algorithm.updates_per_batch
+            sums["kl"] += kl.item() / self.algorithm.updates_per_batch
         loss.backward()
-        sums["loss"] += float(loss)
+        sums["loss"] += loss.item()
         if not first_pass:
             return
         count = float(mask.sum())
         sums["tokens"] += count
         with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach(), temperature=self.temperature)
-            sums["entropy"] += float((entropy * mask).sum())
+            entropy = entropy_from_logits(logits.detach()[None], temperature=self.temperature)[0]
+            sums["entropy"] += float((entropy * mask[mask > 0]).sum())
             gap = (logprobs.detach() - batch["gen_logprobs"]).abs()
             sums["generator_logprob_gap"] += float((gap * mask).sum())
             for key, value in loss_metrics.items():

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from r3l.envs import Env, Task
-from r3l.rollout.chat import build_messages, encode_prompt
+from r3l.rollout.chat import PromptFormat, encode_prompt
 from r3l.rollout.generator import Completion, Generator, SamplingParams
 
 
@@ -26,16 +26,15 @@ def run_single_turn(
     tokenizer,
     params: SamplingParams,
     group_size: int = 1,
-    system_prompt: str | None = None,
+    prompt_format: PromptFormat = PromptFormat(),
 ) -> list[list[Episode]]:
     """One list of `group_size` episodes per task, in task order."""
     env = make_env()
-    system = system_prompt if system_prompt is not None else env.system_prompt
     prompts, observations = [], []
     for task in tasks:
         observation = env.reset(task)
         observations.append(observation)
-        prompts.append(encode_prompt(tokenizer, build_messages(observation, system)))
+        prompts.append(encode_prompt(tokenizer, prompt_format.messages(observation, env.system_prompt)))
     groups = generator.generate(prompts, params, n=group_size)
     episodes: list[list[Episode]] = []
     for task, prompt, completions in zip(tasks, prompts, groups):

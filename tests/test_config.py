@@ -1,0 +1,74 @@
+"""Config loading: presets, dotted overrides, and one-line errors with exit status 2."""
+import pytest
+
+from r3l.config import load_config
+from r3l.errors import UserError
+from tests.conftest import run_cli
+
+
+def test_overrides_reach_typed_fields():
+    config = load_config(None, ["model=tiny-random", "env=countdown", "train.lr=1e-4", "algorithm.kl_coef=0.01",
+                                "env.args.seed=3", "sampling.stop=['</answer>']"])
+    assert config.model.name == "tiny-random"
+    assert config.env.name == "countdown" and config.env.args == {"seed": 3}
+    assert config.train.lr == pytest.approx(1e-4)
+    assert config.algorithm.kl_coef == pytest.approx(0.01)
+    assert config.algorithm.policy_loss == "ppo_clip"  # filled in from the grpo preset
+    assert config.sampling.stop == ["</answer>"]
+
+
+def test_default_preset_loads():
+    config = load_config("default")
+    assert config.model.name == "smollm2-135m-instruct"
+    assert config.env.few_shot[1].role == "assistant"
+
+
+def test_preset_values_can_be_overridden_in_a_section():
+    config = load_config(None, ["algorithm=grpo", "algorithm.loss_args={clip_low: 0.1, clip_high: 0.3}"])
+    assert config.algorithm.loss_args == {"clip_low": 0.1, "clip_high": 0.3}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.lrr=1"], "unknown config key 'train.lrr'"),
+    (["train.lr=abc"], "train.lr"),
+    (["train.steps=-1"], "train.steps"),
+    (["algorithm=nope"], "unknown algorithm 'nope'"),
+    (["justakey"], "not key=value"),
+    (["sampling.temperature=hot"], "sampling.temperature"),
+])
+def test_bad_overrides_are_one_line_user_errors(overrides, message):
+    with pytest.raises(UserError) as error:
+        load_config(None, overrides)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_config(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {lr: 1\n  steps: [")
+    with pytest.raises(UserError, match="invalid YAML"):
+        load_config(str(bad))
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n- 2\n")
+    with pytest.raises(UserError, match="mapping"):
+        load_config(str(listing))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "train.lrr=1"], "unknown config key"),
+    (["train", "nonexistent.yaml"], "does not exist"),
+    (["train", "env=nope", "model=tiny-random"], "unknown environment 'nope'"),
+    (["train", "algorithm.advantage=nope", "model=tiny-random", "env=countdown"], "unknown advantage function 'nope'"),
+    (["eval", "model=./no/such/dir"], "unknown model"),
+    (["train", "--resume", "/nonexistent/run"], "not a run directory"),
+    (["report", "/nonexistent/run"], "not a directory"),
+])
+def test_cli_errors_exit_2_with_one_line(args, message):
+    result = run_cli(*args, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: ") and message in lines[-1]
+    assert len([line for line in lines if line.startswith("error")]) == 1

@@ -1,0 +1,74 @@
+"""Pure learner helpers: batching alignment, micro-batches, schedules, task sampling, Wilson intervals."""
+import math
+
+import pytest
+import torch
+
+from r3l.envs import Task
+from r3l.evaluate import wilson_interval
+from r3l.experience import Experience
+from r3l.learner.batching import collate, micro_batches
+from r3l.learner.learner import assign_advantages
+from r3l.learner.schedule import lr_factor
+from r3l.task_sampler import TaskSampler
+
+
+def experience(tokens, mask, logprobs=None, group="g", reward=0.0):
+    return Experience(group=group, kind="base", tokens=tokens, loss_mask=mask,
+                      logprobs=logprobs or [0.0] * len(tokens), reward=reward)
+
+
+def test_collate_shifts_targets_and_keeps_loss_mask_apart_from_attention():
+    batch = collate([experience([5, 6, 7, 8], [0, 0, 1, 1], [0, 0, -0.5, -0.25]),
+                     experience([9, 10], [0, 1], [0, -1.0])], pad_id=0)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8], [9, 10, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    # position t predicts token t+1: targets and everything aligned to them drop the first token
+    assert batch["targets"].tolist() == [[6, 7, 8], [10, 0, 0]]
+    assert batch["loss_mask"].tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert batch["gen_logprobs"].tolist() == [[0, -0.5, -0.25], [-1.0, 0, 0]]
+
+
+def test_collate_spreads_each_experience_advantage_over_its_row():
+    first, second = experience([1, 2, 3], [0, 1, 1]), experience([4, 5], [0, 1])
+    first.advantage, second.advantage = 0.5, -2.0
+    assert collate([first, second], pad_id=0)["advantages"].tolist() == [[0.5, 0.5], [-2.0, 0.0]]  # padding stays 0
+
+
+def test_micro_batches_sort_by_length():
+    assert micro_batches([5, 1, 4, 2, 3], 2) == [[1, 3], [4, 2], [0]]
+
+
+def test_assign_advantages_uses_groups():
+    items = [experience([1, 2], [0, 1], group="a", reward=r) for r in (1.0, 0.0)]
+    items += [experience([1, 2], [0, 1], group="b", reward=r) for r in (1.0, 1.0)]
+    assign_advantages(items, "grpo_no_std", {})
+    assert [e.advantage for e in items] == [0.5, -0.5, 0.0, 0.0]
+
+
+def test_lr_schedule_hand_values():
+    assert lr_factor(0, 10, 2, "constant") == 0.5
+    assert lr_factor(1, 10, 2, "constant") == 1.0
+    assert lr_factor(2, 10, 2, "cosine") == pytest.approx(1.0)
+    assert lr_factor(6, 10, 2, "cosine") == pytest.approx(0.5)  # halfway through 8 decay steps
+    assert lr_factor(10, 10, 2, "cosine") == pytest.approx(0.0)
+
+
+def test_task_sampler_is_deterministic_and_resumable():
+    tasks = [Task(id=str(i), prompt=str(i)) for i in range(5)]
+    straight = TaskSampler(tasks, seed=3)
+    expected = [t.id for t in straight.next_batch(4) + straight.next_batch(4)]
+    first = TaskSampler(tasks, seed=3)
+    head = [t.id for t in first.next_batch(4)]
+    resumed = TaskSampler(tasks, seed=3)
+    resumed.load_state_dict(first.state_dict())
+    assert head + [t.id for t in resumed.next_batch(4)] == expected
+    assert sorted(expected[:5]) == sorted(t.id for t in tasks)  # one epoch covers every task once
+
+
+def test_wilson_interval_hand_values():
+    low, high = wilson_interval(5, 10)
+    assert (low, high) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
+    low, high = wilson_interval(0, 20)
+    assert low == 0.0 and high == pytest.approx(0.1611, abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
