@@ -97,6 +97,7 @@ class TrainConfig(Section):
     schedule: Literal["constant", "cosine"] = "constant"
     micro_batch_size: int = Field(16, gt=0)
     grad_clip: float = Field(1.0, gt=0)
+    share_prefix: bool = Field(True, description="compute a prompt shared by a group once per micro-batch")
     checkpoint_every: int = Field(10, ge=0, description="steps between checkpoints; 0 = only at the end")
 
 

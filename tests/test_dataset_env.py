@@ -142,7 +142,7 @@ def test_unknown_verifier(qa_file):
         DatasetEnv(path=str(qa_file), verifier="fuzzy")
 
 
-@pytest.mark.parametrize("spec", ["test_dataset_env:length_reward", "test_dataset_env.length_reward"])
+@pytest.mark.parametrize("spec", ["tests.test_dataset_env:length_reward", "tests.test_dataset_env.length_reward"])
 def test_trl_reward_fn_by_dotted_path(qa_file, spec):
     CALLS.clear()
     env = DatasetEnv(path=str(qa_file), reward_fn=spec, success_threshold=1.0)
@@ -169,12 +169,12 @@ def test_reward_fn_errors(qa_file):
     with pytest.raises(UserError, match="cannot import env.reward_fn 'no_such_module:f'"):
         DatasetEnv(path=str(qa_file), reward_fn="no_such_module:f")
     with pytest.raises(UserError, match="has no function 'missing'"):
-        DatasetEnv(path=str(qa_file), reward_fn="test_dataset_env:missing")
+        DatasetEnv(path=str(qa_file), reward_fn="tests.test_dataset_env:missing")
     with pytest.raises(UserError, match="must look like"):
         DatasetEnv(path=str(qa_file), reward_fn="justaname")
     with pytest.raises(UserError, match="not both"):
-        DatasetEnv(path=str(qa_file), reward_fn="test_dataset_env:length_reward", verifier="math")
-    env = DatasetEnv(path=str(qa_file), reward_fn="test_dataset_env:no_list_reward")
+        DatasetEnv(path=str(qa_file), reward_fn="tests.test_dataset_env:length_reward", verifier="math")
+    env = DatasetEnv(path=str(qa_file), reward_fn="tests.test_dataset_env:no_list_reward")
     with pytest.raises(UserError, match="must return a list with one float per completion"):
         env.verify(env.tasks("train")[0], "x")
 

@@ -41,3 +41,64 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
         "gen_logprobs": gen_logprobs[:, 1:],
         "advantages": advantages[:, 1:],
     }
+
+
+def shared_prefix_length(experience: Experience) -> int:
+    """Tokens before the last untrained token preceding the first trained one: the part of the input
+    whose keys and values a group can compute once (0 when nothing can be shared)."""
+    first_trained = next((i for i, m in enumerate(experience.loss_mask) if m), len(experience.tokens))
+    return max(0, first_trained - 1)
+
+
+def prefix_micro_batches(experiences: Sequence[Experience], size: int) -> list[list[int]]:
+    """Indices grouped so that each micro-batch holds whole runs of experiences with one shared prefix."""
+    runs: dict[tuple[int, ...], list[int]] = {}
+    for index, experience in enumerate(experiences):
+        runs.setdefault(tuple(experience.tokens[:shared_prefix_length(experience)]), []).append(index)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for members in runs.values():
+        for start in range(0, len(members), size):
+            chunk = members[start:start + size]
+            if current and len(current) + len(chunk) > size:
+                batches.append(current)
+                current = []
+            current = current + chunk
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.Tensor]:
+    """Unique prefixes left-padded ([U, P]) plus per-experience suffixes right-padded ([N, S]).
+
+    The suffix starts at the last shared-prefix-excluded token, so suffix position t scores suffix
+    token t+1, exactly as in `collate`; `prefix_index[n]` names experience n's prefix row.
+    """
+    prefixes: dict[tuple[int, ...], int] = {}
+    prefix_index = []
+    for experience in experiences:
+        key = tuple(experience.tokens[:shared_prefix_length(experience)])
+        prefix_index.append(prefixes.setdefault(key, len(prefixes)))
+    prefix_width = max(len(p) for p in prefixes)
+    prefix_ids = torch.full((len(prefixes), prefix_width), pad_id, dtype=torch.long)
+    prefix_mask = torch.zeros((len(prefixes), prefix_width), dtype=torch.long)
+    for row, prefix in enumerate(prefixes):
+        if prefix:
+            prefix_ids[row, prefix_width - len(prefix):] = torch.tensor(prefix, dtype=torch.long)
+            prefix_mask[row, prefix_width - len(prefix):] = 1
+    suffixes = [
+        Experience(group=e.group, kind=e.kind, tokens=e.tokens[cut:], loss_mask=e.loss_mask[cut:],
+                   logprobs=e.logprobs[cut:], reward=e.reward, advantage=e.advantage)
+        for e in experiences for cut in [shared_prefix_length(e)]
+    ]
+    batch = collate(suffixes, pad_id)
+    index = torch.tensor(prefix_index, dtype=torch.long)
+    lengths = prefix_mask.sum(-1)
+    batch.update({
+        "prefix_ids": prefix_ids,
+        "prefix_mask": prefix_mask,
+        "prefix_index": index,
+        "suffix_positions": lengths[index][:, None] + torch.arange(batch["input_ids"].shape[1])[None],
+    })
+    return batch

@@ -11,8 +11,9 @@ from r3l.algorithms import ADVANTAGES, POLICY_LOSSES, aggregate, entropy_from_lo
 from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
 from r3l.errors import UserError
 from r3l.experience import Experience
-from r3l.learner.batching import collate, micro_batches
+from r3l.learner.batching import collate, collate_shared_prefix, micro_batches, prefix_micro_batches, shared_prefix_length
 from r3l.learner.schedule import make_scheduler
+from r3l.models.cache import cache_of, with_cache
 
 
 def assign_advantages(experiences: Sequence[Experience], name: str, args: dict) -> None:
@@ -74,9 +75,24 @@ class Learner:
             if decoder is None:
                 return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              use_cache=False).logits[:, :-1][selected]
-            hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             use_cache=False).last_hidden_state[:, :-1]
-            return head(hidden[selected])
+            if "prefix_ids" in batch:
+                hidden = self._suffix_hidden(decoder, batch)
+            else:
+                hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                 use_cache=False).last_hidden_state
+            return head(hidden[:, :-1][selected])
+
+    @staticmethod
+    def _suffix_hidden(decoder, batch) -> torch.Tensor:
+        """Run each shared prefix once, fan its keys/values out to its experiences, then run the suffixes.
+        Gradients reach the prefix through the cache, summed over the experiences that share it."""
+        prefix = decoder(input_ids=batch["prefix_ids"], attention_mask=batch["prefix_mask"],
+                         position_ids=(batch["prefix_mask"].cumsum(-1) - 1).clamp(min=0), use_cache=True)
+        cache = cache_of(prefix)
+        cache.batch_select_indices(batch["prefix_index"])
+        attention = torch.cat([batch["prefix_mask"][batch["prefix_index"]], batch["attention_mask"]], dim=1)
+        return decoder(input_ids=batch["input_ids"], attention_mask=attention, position_ids=batch["suffix_positions"],
+                       use_cache=True, **with_cache(decoder, cache)).last_hidden_state
 
     def _logprobs(self, model, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-target log-probabilities [B, T-1] (zero where untrained) and the masked logits."""
@@ -91,15 +107,28 @@ class Learner:
         old = []
         with torch.no_grad():
             for mb in batches:
-                old.append(self._logprobs(self.model, collate([experiences[i] for i in mb], self.pad_id))[0])
+                old.append(self._logprobs(self.model, self._collate([experiences[i] for i in mb]))[0])
         return old
+
+    def _share_prefix(self, experiences: Sequence[Experience]) -> bool:
+        checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
+        return (self.train.share_prefix and not checkpointing and split_head(self.model)[0] is not None
+                and all(shared_prefix_length(e) > 0 for e in experiences))
+
+    def _collate(self, experiences: Sequence[Experience]) -> dict[str, torch.Tensor]:
+        if self._share_prefix(experiences):
+            return collate_shared_prefix(experiences, self.pad_id)
+        return collate(experiences, self.pad_id)
 
     def update(self, experiences: Sequence[Experience]) -> dict[str, float]:
         """One optimizer step per pass over `experiences` (advantages must already be set)."""
         trained = [e for e in experiences if e.num_trained_tokens > 0]
         if not trained:
             return {"trained_tokens": 0.0}
-        batches = micro_batches([len(e.tokens) for e in trained], self.train.micro_batch_size)
+        if self._share_prefix(trained):
+            batches = prefix_micro_batches(trained, self.train.micro_batch_size)
+        else:
+            batches = micro_batches([len(e.tokens) for e in trained], self.train.micro_batch_size)
         if self.algorithm.aggregation == "token-mean":
             denominator = float(sum(e.num_trained_tokens for e in trained))
         else:
@@ -110,7 +139,7 @@ class Learner:
         for update in range(self.algorithm.updates_per_batch):
             self.optimizer.zero_grad(set_to_none=True)
             for index, mb in enumerate(batches):
-                batch = collate([trained[i] for i in mb], self.pad_id)
+                batch = self._collate([trained[i] for i in mb])
                 self._accumulate(batch, stored_old[index] if stored_old else None, denominator, sums, update == 0)
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip)

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import torch
 
+from r3l.models.cache import cache_of, with_cache
 from r3l.rollout.generator import GENERATORS, Completion, Generator, SamplingParams
 
 
@@ -75,7 +76,7 @@ class HFGenerator(Generator):
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                             use_cache=True, logits_to_keep=1)
-        cache = output.cache if getattr(output, "cache", None) is not None else output.past_key_values
+        cache = cache_of(output)
         logits = output.logits[:, -1, :]
         if n > 1:
             cache.batch_repeat_interleave(n)
@@ -107,8 +108,8 @@ class HFGenerator(Generator):
                 attention, next_position = attention[keep_index], next_position[keep_index]
             attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
             output = self.model(input_ids=chosen[:, None], attention_mask=attention,
-                                position_ids=next_position[:, None], cache=cache, use_cache=True)
-            cache = output.cache if getattr(output, "cache", None) is not None else output.past_key_values
+                                position_ids=next_position[:, None], use_cache=True, **with_cache(self.model, cache))
+            cache = cache_of(output)
             logits = output.logits[:, -1, :]
             next_position = next_position + 1
         self._stats["generated_tokens"] += sum(len(t) for t in tokens)

@@ -1,0 +1,68 @@
+"""Training with a group's shared prompt computed once gives the same log-probs and gradients as the plain path."""
+import torch
+
+from r3l.config import AlgorithmConfig, TrainConfig
+from r3l.experience import Experience
+from r3l.learner.batching import collate, collate_shared_prefix, prefix_micro_batches, shared_prefix_length
+from r3l.learner.learner import Learner
+
+
+def record(tokens, prompt_length, group, reward):
+    n = len(tokens)
+    return Experience(group=group, kind="base", tokens=tokens, loss_mask=[0] * prompt_length + [1] * (n - prompt_length),
+                      logprobs=[0.0] * n, reward=reward, advantage=reward - 0.5)
+
+
+def batch_of_groups():
+    first_prompt, second_prompt = [1, 9690, 198, 40, 41, 42], [1, 9690, 198, 50, 51]
+    return [
+        record(first_prompt + [7, 8, 9], 6, "a", 1.0),
+        record(first_prompt + [10, 2], 6, "a", 0.0),
+        record(second_prompt + [11, 12, 13, 14], 5, "b", 1.0),
+        record(second_prompt + [15], 5, "b", 0.0),
+        record(first_prompt + [16, 17], 6, "a", 1.0),
+    ]
+
+
+def test_shared_prefix_length_stops_before_the_last_prompt_token():
+    assert shared_prefix_length(record([1, 2, 3, 4, 5], 3, "g", 0.0)) == 2
+    assert shared_prefix_length(record([1, 2], 0, "g", 0.0)) == 0
+
+
+def test_prefix_micro_batches_keep_groups_together():
+    assert prefix_micro_batches(batch_of_groups(), 4) == [[0, 1, 4], [2, 3]]
+    assert prefix_micro_batches(batch_of_groups(), 2) == [[0, 1], [4], [2, 3]]
+
+
+def test_collate_shared_prefix_layout():
+    batch = collate_shared_prefix(batch_of_groups()[:4], pad_id=0)
+    assert batch["prefix_ids"].tolist() == [[1, 9690, 198, 40, 41], [0, 1, 9690, 198, 50]]
+    assert batch["prefix_index"].tolist() == [0, 0, 1, 1]
+    assert batch["input_ids"][0].tolist() == [42, 7, 8, 9, 0]
+    assert batch["loss_mask"][0].tolist() == [1, 1, 1, 0]
+    assert batch["suffix_positions"][3].tolist() == [4, 5, 6, 7, 8]
+
+
+def loss_and_grads(model, tokenizer, share):
+    model.zero_grad()
+    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0,
+                      autocast_bf16=False)
+    experiences = batch_of_groups()
+    batch = collate_shared_prefix(experiences, 0) if share else collate(experiences, 0)
+    logprobs, _ = learner._logprobs(model, batch)
+    mask = batch["loss_mask"] > 0
+    values = logprobs[mask]
+    values.sum().backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return values.detach(), grads
+
+
+def test_shared_prefix_matches_plain_forward_and_backward(tiny):
+    model, tokenizer = tiny
+    plain_values, plain_grads = loss_and_grads(model, tokenizer, share=False)
+    shared_values, shared_grads = loss_and_grads(model, tokenizer, share=True)
+    assert torch.allclose(plain_values, shared_values, atol=1e-5)
+    assert plain_grads.keys() == shared_grads.keys()
+    for name in plain_grads:
+        assert torch.allclose(plain_grads[name], shared_grads[name], atol=1e-5, rtol=1e-4), name
