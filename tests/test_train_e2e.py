@@ -110,3 +110,21 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
 
     initial = load_policy("tiny-random")[0].state_dict()
     assert any(not torch.allclose(initial[k], a[k]) for k in a)  # training really moved the weights
+
+
+def test_lora_and_gradient_checkpointing_train_and_save_loadable_models(tmp_path):
+    data = write_dataset(tmp_path / "data.jsonl")
+    reward_fn = f"{Path(__file__).parent / 'helpers' / 'rewards.py'}:vowel_share_reward"
+    common = [*TINY, "env=dataset", f"env.args={{path: '{data}', reward_fn: '{reward_fn}', test_fraction: 0.25}}",
+              "eval.size=0", "train.steps=1", f"run.dir={tmp_path}"]
+    lora = run_cli("train", *common, "run.name=lora", "model.lora.enabled=true", "model.lora.r=4", cwd=tmp_path)
+    assert lora.returncode == 0, lora.stderr
+    latest = tmp_path / "lora" / "checkpoints" / "latest"
+    assert (latest / "adapter" / "adapter_model.safetensors").exists()
+    merged = load_file(str(latest / "model" / "model.safetensors"))
+    assert not any("lora_" in name for name in merged)  # the saved model is plain, ready for `r3l eval`
+
+    checkpointed = run_cli("train", *common, "run.name=gc", "model.gradient_checkpointing=true", cwd=tmp_path)
+    assert checkpointed.returncode == 0, checkpointed.stderr
+    metrics = json.loads((tmp_path / "gc" / "metrics.jsonl").read_text().splitlines()[0])
+    assert metrics["grad_norm"] > 0

@@ -11,7 +11,7 @@ from r3l.registry import Registry
 ENVS: Registry[type[Env]] = Registry("environment")
 register = ENVS.register
 
-_MODULES = ("countdown", "arithmetic", "dataset")
+_MODULES = ("countdown", "arithmetic", "dataset", "function_calling")
 
 
 def _load_all() -> None:

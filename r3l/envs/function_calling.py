@@ -1,0 +1,310 @@
+"""Function calling (R3, arXiv 2505.24726): answer a request with JSON tool calls, checked against references.
+
+Two sources:
+- 'bfcl': the Berkeley Function Calling Leaderboard files shipped in the `bfcl-eval` package
+  (`pip install --no-deps bfcl-eval`), or a folder holding the same files (`path`). Categories
+  'simple' (BFCL_v*_simple_python.json, BFCL_v3_simple.json in older releases), 'multiple', 'parallel',
+  'parallel_multiple' and their 'live_' versions; graded with `verify_bfcl`.
+- 'xlam': an APIGen / xlam-function-calling-60k file (`path`, .jsonl or a .json list) whose rows have
+  `query`, `tools` and `answers` (JSON strings or values; answers are [{name, arguments}]); graded with
+  `verify_exact`, the rule R3 trains with.
+
+Splits are fixed by `seed`: each BFCL category (or the xLAM file) is shuffled and its first
+`test_fraction` becomes the test split, so the splits never share a task; `train_size`/`test_size` then
+cap each split without changing which tasks belong to it. BFCL tasks whose ground truth leaves an
+argument no acceptable value (two in live_simple) are left out: BFCL's own checker fails every reply.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import math
+import random
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from r3l.envs import register
+from r3l.envs.base import SingleTurnEnv, Task, Verdict
+from r3l.envs.tool_calls import (Call, ToolCallFormatError, bfcl_reference_calls, format_tool_calls,
+                                 parse_tool_calls, verify_bfcl, verify_exact)
+from r3l.errors import UserError
+
+SOURCES = ("bfcl", "xlam")
+BFCL_CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple",
+                   "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
+_BFCL_STEMS = {"simple": ("simple_python", "simple")}  # BFCL v4 renamed 'simple' to 'simple_python'
+MISSING_BFCL = "the function_calling env needs BFCL data: pip install --no-deps bfcl-eval"
+
+SYSTEM_PROMPT = (
+    "You can call functions. The user message lists the available functions as JSON schemas, then a request. "
+    "Answer with the function calls that fulfil the request, each written as a JSON object "
+    '{{"name": "<function name>", "arguments": {{"<argument>": <value>}}}} inside <{tag}></{tag}> tags: '
+    "one tag per call, or one tag holding a JSON list of calls. Use only the listed functions and their "
+    "arguments, give every required argument, leave out optional ones the request does not set, and write "
+    "values with the JSON types the schema asks for. Make every call the request needs and no other."
+)
+USER_PROMPT = "Available functions:\n{functions}\n\n{context}Request: {question}"
+
+
+@register("function_calling")
+class FunctionCallingEnv(SingleTurnEnv):
+    name = "function_calling"
+    description = "Function calling: answer with JSON tool calls in <tool_call> tags (BFCL or xLAM data)."
+    system_prompt = SYSTEM_PROMPT.format(tag="tool_call")
+
+    def __init__(self, *, source: str = "bfcl", categories: Sequence[str] | str = BFCL_CATEGORIES[:4],
+                 path: str | None = None, seed: int = 0, test_fraction: float = 0.2, tag: str = "tool_call",
+                 train_size: int | None = None, test_size: int | None = None, lenient_strings: bool = False):
+        super().__init__()
+        if source not in SOURCES:
+            raise UserError(f"env.source must be one of {', '.join(SOURCES)}, got '{source}'")
+        if not 0 <= test_fraction < 1:
+            raise UserError(f"env.test_fraction must be in [0, 1), got {test_fraction}")
+        for setting, size in (("train_size", train_size), ("test_size", test_size)):
+            if size is not None and (not isinstance(size, int) or size < 0):
+                raise UserError(f"env.{setting} must be a whole number >= 0 or null, got {size!r}")
+        if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][\w\-]*", tag):
+            raise UserError(f"env.tag must be a tag name like 'tool_call', got {tag!r}")
+        self.source = source
+        self.tag = tag
+        self.lenient_strings = lenient_strings
+        if tag != "tool_call":
+            self.system_prompt = SYSTEM_PROMPT.format(tag=tag)
+        if source == "bfcl":
+            categories = (categories,) if isinstance(categories, str) else tuple(categories)
+            self.categories = _check_categories(categories)
+            folder = str(Path(path).resolve()) if path is not None else bfcl_data_dir()
+            splits = load_bfcl(folder, self.categories, seed, test_fraction)
+        else:
+            if path is None:
+                raise UserError("env.path is needed for source='xlam': a .jsonl or .json file of "
+                                "query/tools/answers rows")
+            self.categories = ()
+            splits = load_xlam(str(path), _file_stamp(str(path)), seed, test_fraction)
+        self._tasks = {
+            "train": _numbered(splits["train"][:train_size], "train"),
+            "test": _numbered(splits["test"][:test_size], "test"),
+        }
+
+    def tasks(self, split: str) -> Sequence[Task]:
+        if split not in self._tasks:
+            raise UserError(f"unknown split '{split}' for environment 'function_calling'; use 'train' or 'test'")
+        return self._tasks[split]
+
+    def verify(self, task: Task, completion: str) -> Verdict:
+        try:
+            calls = parse_tool_calls(completion, self.tag)
+        except ToolCallFormatError as error:
+            return Verdict(reward=0.0, success=False, feedback=str(error))
+        if "ground_truth" in task.answer:
+            return verify_bfcl(calls, task.answer["ground_truth"], task.answer["functions"],
+                               lenient_strings=self.lenient_strings)
+        return verify_exact(calls, task.answer["calls"], task.answer["functions"])
+
+    def solution(self, task: Task) -> str:
+        """A reply that passes `verify`, written with this env's tag."""
+        return format_tool_calls(task.data["reference_calls"], self.tag)
+
+
+def _check_categories(categories: tuple[str, ...]) -> tuple[str, ...]:
+    if not categories:
+        raise UserError(f"env.categories is empty; choose from {', '.join(BFCL_CATEGORIES)}")
+    for category in categories:
+        if category not in BFCL_CATEGORIES:
+            raise UserError(f"unknown BFCL category '{category}'; choose from {', '.join(BFCL_CATEGORIES)}")
+    return tuple(dict.fromkeys(categories))
+
+
+def _numbered(tasks: Sequence[Task], split: str) -> tuple[Task, ...]:
+    return tuple(Task(id=f"function_calling-{split}-{position}", prompt=task.prompt, answer=task.answer,
+                      data=task.data) for position, task in enumerate(tasks))
+
+
+def _split(tasks: list[Task], test_fraction: float, seed: int, label: str) -> tuple[list[Task], list[Task]]:
+    shuffled = list(tasks)
+    random.Random(f"{seed}:{label}").shuffle(shuffled)
+    test_count = math.ceil(len(shuffled) * test_fraction) if len(shuffled) > 1 else 0
+    return shuffled[test_count:], shuffled[:test_count]
+
+
+def _prompt(functions: list[Any], question: str, context: str = "") -> str:
+    return USER_PROMPT.format(functions=json.dumps(functions, ensure_ascii=False),
+                              context=f"Context: {context.strip()}\n\n" if context.strip() else "",
+                              question=question.strip())
+
+
+# ------------------------------------------------------------------------------------------------ BFCL
+
+def bfcl_data_dir() -> str:
+    """The data folder of the installed `bfcl-eval` package."""
+    spec = importlib.util.find_spec("bfcl_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(MISSING_BFCL)
+    folder = Path(list(spec.submodule_search_locations)[0]) / "data"
+    if not folder.is_dir():
+        raise UserError(MISSING_BFCL)
+    return str(folder)
+
+
+def bfcl_files(folder: str, category: str) -> tuple[Path, Path]:
+    """The newest BFCL_v<N>_<category>.json in `folder` that has a possible_answer file."""
+    root = Path(folder)
+    for stem in _BFCL_STEMS.get(category, (category,)):
+        pattern = re.compile(rf"BFCL_v(\d+)_{re.escape(stem)}\.json")
+        found = sorted(((int(m.group(1)), file) for file in root.glob("BFCL_v*.json")
+                        if (m := pattern.fullmatch(file.name))), reverse=True)
+        for _, file in found:
+            answers = root / "possible_answer" / file.name
+            if answers.is_file():
+                return file, answers
+    raise UserError(f"no BFCL data for category '{category}' in {folder} (need BFCL_v<N>_{category}.json and "
+                    f"possible_answer/ of the same name); {MISSING_BFCL}")
+
+
+@functools.lru_cache(maxsize=8)
+def load_bfcl(folder: str, categories: tuple[str, ...], seed: int,
+              test_fraction: float) -> dict[str, tuple[Task, ...]]:
+    train: list[Task] = []
+    test: list[Task] = []
+    for category in categories:
+        questions, answers = bfcl_files(folder, category)
+        tasks = _bfcl_tasks(category, questions, answers)
+        category_train, category_test = _split(tasks, test_fraction, seed, category)
+        train += category_train
+        test += category_test
+    random.Random(f"{seed}:train").shuffle(train)  # interleave categories, so a train_size cap mixes them
+    random.Random(f"{seed}:test").shuffle(test)
+    return {"train": tuple(train), "test": tuple(test)}
+
+
+def _read_json_lines(file: Path) -> list[dict[str, Any]]:
+    records = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UserError(f"{file} line {number}: invalid JSON: {error.msg}; reinstall bfcl-eval") from None
+        if not isinstance(record, dict) or "id" not in record:
+            raise UserError(f"{file} line {number}: expected an object with an 'id'; reinstall bfcl-eval")
+        records.append(record)
+    return records
+
+
+def _bfcl_tasks(category: str, questions: Path, answers: Path) -> list[Task]:
+    gold = {record["id"]: record.get("ground_truth") for record in _read_json_lines(answers)}
+    tasks = []
+    for record in _read_json_lines(questions):
+        where = f"{questions} id {record['id']}"
+        functions, ground_truth = record.get("function"), gold.get(record["id"])
+        if not isinstance(functions, list) or not isinstance(ground_truth, list) or not ground_truth:
+            raise UserError(f"{where}: missing 'function' list or ground truth; reinstall bfcl-eval")
+        if not _solvable(ground_truth):
+            continue
+        turns = record.get("question")
+        if not isinstance(turns, list) or len(turns) != 1 or not isinstance(turns[0], list):
+            raise UserError(f"{where}: expected a single-turn 'question'; category '{category}' is not supported")
+        messages = turns[0]
+        question = "\n".join(m["content"] for m in messages if m.get("role") == "user")
+        context = "\n".join(m["content"] for m in messages if m.get("role") == "system")
+        try:
+            reference = bfcl_reference_calls(ground_truth, functions)
+        except (ValueError, StopIteration) as error:
+            raise UserError(f"{where}: unreadable ground truth ({error}); reinstall bfcl-eval") from None
+        tasks.append(Task(
+            id=str(record["id"]),
+            prompt=_prompt(functions, question, context),
+            answer={"ground_truth": ground_truth, "functions": functions},
+            data={"source": "bfcl", "category": category, "source_id": record["id"], "question": question,
+                  "reference_calls": [call.to_json() for call in reference]},
+        ))
+    return tasks
+
+
+def _solvable(ground_truth: list[Any]) -> bool:
+    """False when an argument has no acceptable value at all ([]), which no reply can pass (2 live_simple tasks)."""
+    return all(isinstance(entry, dict) and all(isinstance(spec, dict) and all(
+        isinstance(choices, list) and choices for choices in spec.values()) for spec in entry.values())
+        for entry in ground_truth)
+
+
+# ------------------------------------------------------------------------------------------------ xLAM
+
+def _file_stamp(path: str) -> tuple[int, int] | None:
+    try:
+        status = Path(path).stat()
+    except OSError:
+        return None
+    return status.st_mtime_ns, status.st_size
+
+
+@functools.lru_cache(maxsize=4)
+def load_xlam(path: str, stamp: tuple[int, int] | None, seed: int,
+              test_fraction: float) -> dict[str, tuple[Task, ...]]:
+    """Read and check every row; `stamp` (mtime and size) makes an edited file reload."""
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"xLAM data file '{path}' not found; check env.path")
+    tasks = [_xlam_task(row, where) for row, where in _xlam_rows(file, path)]
+    if not tasks:
+        raise UserError(f"{path}: no rows; check env.path")
+    train, test = _split(tasks, test_fraction, seed, "xlam")
+    return {"train": tuple(train), "test": tuple(test)}
+
+
+def _xlam_rows(file: Path, label: str) -> list[tuple[Any, str]]:
+    text = file.read_text(encoding="utf-8")
+    if file.suffix == ".json" or text.lstrip().startswith("["):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise UserError(f"{label} line {error.lineno}: invalid JSON: {error.msg} (column {error.colno})") from None
+        if not isinstance(value, list):
+            raise UserError(f"{label}: expected a JSON list of rows, or one row per line in a .jsonl file")
+        return [(row, f"{label} item {index}") for index, row in enumerate(value, start=1)]
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((json.loads(line), f"{label} line {number}"))
+        except json.JSONDecodeError as error:
+            raise UserError(f"{label} line {number}: invalid JSON: {error.msg} (column {error.colno})") from None
+    return rows
+
+
+def _xlam_field(row: dict[str, Any], key: str, where: str) -> Any:
+    if key not in row:
+        raise UserError(f"{where}: no '{key}' field; xLAM rows need query, tools and answers")
+    value = row[key]
+    if key != "query" and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise UserError(f"{where}: field '{key}' is not valid JSON: {error.msg}") from None
+    return value
+
+
+def _xlam_task(row: Any, where: str) -> Task:
+    if not isinstance(row, dict):
+        raise UserError(f"{where}: expected a JSON object with query, tools and answers")
+    query, tools, answers = (_xlam_field(row, key, where) for key in ("query", "tools", "answers"))
+    if not isinstance(query, str) or not query.strip():
+        raise UserError(f"{where}: 'query' must be a non-empty string")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
+        raise UserError(f"{where}: 'tools' must be a list of objects with a 'name'")
+    if not isinstance(answers, list) or not all(
+            isinstance(a, dict) and isinstance(a.get("name"), str) and isinstance(a.get("arguments"), dict)
+            for a in answers):
+        raise UserError(f"{where}: 'answers' must be a list of {{\"name\": ..., \"arguments\": {{...}}}} objects")
+    calls = [Call(a["name"], a["arguments"]).to_json() for a in answers]
+    return Task(
+        id=str(row.get("id", where)),
+        prompt=_prompt(tools, query),
+        answer={"calls": calls, "functions": tools},
+        data={"source": "xlam", "source_id": row.get("id"), "where": where, "question": query,
+              "reference_calls": calls},
+    )
