@@ -17,7 +17,7 @@ from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-_GENERATOR_MODULES = ("hf",)
+_GENERATOR_MODULES = ("hf", "scripted")
 
 
 def quiet_libraries() -> None:
@@ -61,6 +61,14 @@ def eval_params(config: Config) -> SamplingParams:
                           stop=tuple(config.sampling.stop), seed=config.eval.seed)
 
 
+def reflection_prompts(config: Config):
+    """The reflection templates of the configured strategy (R3's settings), or the defaults."""
+    from r3l.reflection.prompts import ReflectionPrompts
+
+    args = config.algorithm.strategy_args
+    return ReflectionPrompts.load(args.get("reflect_prompt"), args.get("retry_prompt"), args.get("include_feedback", False))
+
+
 @dataclass
 class Parts:
     model: Any
@@ -78,7 +86,7 @@ def build_parts(config: Config) -> Parts:
                              sampling=sampling_params(config, seed=config.run.seed * 100_003),
                              group_size=config.sampling.group_size, prompt_format=PromptFormat.from_config(config.env))
     try:
-        strategy = make_strategy(config.algorithm.strategy, context)
+        strategy = make_strategy(config.algorithm.strategy, context, **config.algorithm.strategy_args)
     except TypeError as error:
         raise UserError(f"bad settings for strategy '{config.algorithm.strategy}': {error}") from None
     return Parts(model, tokenizer, make_env, generator, strategy)

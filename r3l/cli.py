@@ -64,25 +64,35 @@ def evaluate_command(
     args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
     model: Optional[str] = typer.Option(None, "--model", help="Alias, local path, run directory or hub id."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for eval.json (default: a new run directory)."),
+    attempts: Optional[int] = typer.Option(None, "--attempts", min=1, max=2,
+                                           help="2: first try, then a reflection and a second try on failures (R3)."),
 ):
     """Held-out success rate of a model on a task's test split, with a 95% confidence interval."""
-    from r3l.build import eval_params, load_model, make_generator, env_factory
-    from r3l.evaluate import evaluate
+    from r3l.build import env_factory, eval_params, load_model, make_generator, reflection_prompts
+    from r3l.evaluate import evaluate, evaluate_two_attempts
     from r3l.rollout.chat import PromptFormat
     from r3l.trainer import new_run_dir
 
-    config = load(args, [f"model.name={model}"] if model else [])
+    extra = [f"model.name={model}"] if model else []
+    config = load(args, extra + ([f"eval.attempts={attempts}"] if attempts else []))
     make_env = env_factory(config)
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
     tasks = list(make_env().tasks("test"))[: config.eval.size]
-    result = evaluate(tasks, make_env, generator, tokenizer, eval_params(config), PromptFormat.from_config(config.env))
+    prompt_format = PromptFormat.from_config(config.env)
+    if config.eval.attempts == 2:
+        record = evaluate_two_attempts(tasks, make_env, generator, tokenizer, eval_params(config), prompt_format,
+                                       reflection_prompts(config))
+        summary = {k: v for k, v in record.items() if k != "samples"}
+    else:
+        result = evaluate(tasks, make_env, generator, tokenizer, eval_params(config), prompt_format)
+        summary = result.summary()
+        record = {**summary, "samples": result.samples}
     out_dir = out or new_run_dir(config.model_copy(update={"run": config.run.model_copy(
         update={"name": config.run.name or f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
     out_dir.mkdir(parents=True, exist_ok=True)
-    record = {"model": config.model.name, "env": config.env.name, **result.summary(), "samples": result.samples}
-    (out_dir / "eval.json").write_text(json.dumps(record, indent=1))
-    typer.echo(json.dumps({"eval_json": str(out_dir / "eval.json"), **result.summary()}, indent=1))
+    (out_dir / "eval.json").write_text(json.dumps({"model": config.model.name, "env": config.env.name, **record}, indent=1))
+    typer.echo(json.dumps({"eval_json": str(out_dir / "eval.json"), **summary}, indent=1))
 
 
 @app.command()
@@ -104,7 +114,8 @@ def rollout(
     check_algorithm_names(config)
     seed_everything(config.run.seed)
     parts = build_parts(config)
-    batch = TaskSampler(parts.make_env().tasks("train"), seed=config.run.seed).next_batch(tasks)
+    pool = parts.strategy.training_tasks(parts.make_env().tasks("train"), run_dir=None, limit=tasks)
+    batch = TaskSampler(pool, seed=config.run.seed).next_batch(tasks)
     experiences, metrics = parts.strategy.explore(batch, step=0)
     assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
     if show:

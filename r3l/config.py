@@ -69,6 +69,7 @@ class SamplingConfig(Section):
 class AlgorithmConfig(Section):
     name: str = "grpo"
     strategy: str = "plain"
+    strategy_args: dict[str, Any] = Field({}, description="settings of the exploration strategy (see its Settings)")
     advantage: str = "grpo"
     advantage_args: dict[str, Any] = {}
     policy_loss: str = "ppo_clip"
@@ -106,6 +107,7 @@ class EvalConfig(Section):
     every: int = Field(0, ge=0, description="steps between evaluations; 0 = before and after training only")
     temperature: float = Field(0.0, ge=0)
     max_new_tokens: int | None = None
+    attempts: Literal[1, 2] = Field(1, description="2: R3's first try, reflection, second try on failures")
     seed: int = 1234
 
 

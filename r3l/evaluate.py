@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from r3l.envs import Env, Task
+from r3l.reflection.prompts import ReflectionPrompts
+from r3l.reflection.retry import first_attempts, reflect_and_retry
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Generator, SamplingParams
 from r3l.rollout.single_turn import run_single_turn
@@ -49,3 +51,41 @@ def evaluate(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Gene
                 "success": e.success, "reward": e.reward, "feedback": e.feedback} for e in episodes]
     return EvalResult(successes / max(1, total), low, high, successes, total,
                       sum(e.reward for e in episodes) / max(1, total), samples)
+
+
+def evaluate_two_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
+                          params: SamplingParams, prompt_format: PromptFormat, prompts: ReflectionPrompts,
+                          reflection_max_new_tokens: int = 128) -> dict[str, Any]:
+    """R3's table row: first-try accuracy, and second-try accuracy over all tasks, where each first-try
+    failure gets one reflection and one more attempt."""
+    attempts = [row[0] for row in first_attempts(tasks, make_env, generator, tokenizer, params, prompt_format)]
+    failures = [a for a in attempts if not a.verdict.success]
+    reflect_params = replace(params, max_new_tokens=reflection_max_new_tokens)
+    retries = reflect_and_retry(failures, make_env, generator, prompts, reflect_params, params, n_reflections=1)
+    first = sum(a.verdict.success for a in attempts)
+    second = first + sum(group[0].verdict.success for group in retries)
+    total = len(attempts)
+    samples = [{"task_id": a.task.id, "first_attempt": a.completion.text, "first_success": a.verdict.success,
+                "feedback": a.verdict.feedback} for a in attempts]
+    by_id = {s["task_id"]: s for s in samples}
+    for group in retries:
+        retry = group[0]
+        by_id[retry.failure.task.id].update({"reflection": retry.reflection.text, "second_attempt": retry.second.text,
+                                             "second_success": retry.verdict.success})
+    return {
+        "first_try": {"success": first / max(1, total), "ci95": list(wilson_interval(first, total)), "successes": first},
+        "second_try": {"success": second / max(1, total), "ci95": list(wilson_interval(second, total)),
+                       "successes": second},
+        "total": total,
+        "samples": samples,
+    }
+
+
+def r3_table(untrained: dict[str, Any], trained: dict[str, Any]) -> tuple[str, str]:
+    """The paper's four columns as (Markdown, CSV)."""
+    cells = [untrained["first_try"], untrained["second_try"], trained["first_try"], trained["second_try"]]
+    shown = [f"{c['success']:.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" for c in cells]
+    header = ["untrained 1st try", "untrained 2nd try", "trained 1st try", "trained 2nd try"]
+    markdown = "| " + " | ".join(header) + " |\n|" + "---|" * 4 + "\n| " + " | ".join(shown) + " |\n"
+    csv = ",".join(header) + "\n" + ",".join(f"{c['success']:.4f}" for c in cells) + "\n"
+    return markdown, csv

@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 from r3l.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES
-from r3l.build import build_parts, eval_params
+from r3l.build import build_parts, eval_params, reflection_prompts
 from r3l.config import Config, dump_config
-from r3l.evaluate import EvalResult, evaluate
+from r3l.evaluate import evaluate, evaluate_two_attempts, r3_table
+from r3l.errors import UserError
 from r3l.experience import write_jsonl
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
 from r3l.learner.learner import Learner, apply_lora, assign_advantages
@@ -83,8 +84,14 @@ class Trainer:
         seed_everything(config.run.seed)
         self.parts = build_parts(config)
         env = self.parts.make_env()
-        self.sampler = TaskSampler(env.tasks("train"), seed=config.run.seed)
+        self.train_tasks = env.tasks("train")
         self.test_tasks = list(env.tasks("test"))[: config.eval.size]
+        checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        if resume and checkpoint is None:
+            raise UserError(f"{self.run_dir} has no checkpoint to resume from; start a new run instead")
+        state = load_trainer_state(checkpoint) if checkpoint is not None else {}
+        self.task_builds = state.get("task_builds", 0)
+        self.sampler = self._make_sampler()
         model = self.parts.model
         if config.model.lora.enabled:
             model = apply_lora(model, config.model.lora)
@@ -96,19 +103,18 @@ class Trainer:
             ref_model = copy.deepcopy(self.parts.model).eval().requires_grad_(False)
         self.learner = Learner(model, self.parts.tokenizer, config.algorithm, config.train,
                                temperature=config.sampling.temperature, autocast_bf16=config.model.autocast_bf16,
-                               ref_model=ref_model, total_steps=config.train.steps)
+                               ref_model=ref_model, total_steps=config.train.steps,
+                               gradient_checkpointing=config.model.gradient_checkpointing)
         self.step = 0
         self.history: dict[str, Any] = {}
-        if resume:
-            self._resume()
+        if checkpoint is not None:
+            self._resume(checkpoint, state)
 
-    def _resume(self) -> None:
-        checkpoint = latest_checkpoint(self.run_dir)
-        if checkpoint is None:
-            from r3l.errors import UserError
+    def _make_sampler(self) -> TaskSampler:
+        tasks = self.parts.strategy.training_tasks(self.train_tasks, self.run_dir, build=self.task_builds)
+        return TaskSampler(tasks, seed=self.config.run.seed + self.task_builds)
 
-            raise UserError(f"{self.run_dir} has no checkpoint to resume from; start a new run instead")
-        state = load_trainer_state(checkpoint)
+    def _resume(self, checkpoint: Path, state: dict[str, Any]) -> None:
         load_weights(self.model, checkpoint)
         self.learner.optimizer.load_state_dict(state["optimizer"])
         self.learner.scheduler.load_state_dict(state["scheduler"])
@@ -122,24 +128,46 @@ class Trainer:
 
     def _trainer_state(self) -> dict[str, Any]:
         return {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
-                "sampler": self.sampler.state_dict(), "history": self.history}
+                "sampler": self.sampler.state_dict(), "history": self.history, "task_builds": self.task_builds}
 
     def checkpoint(self) -> Path:
         return save_checkpoint(self.run_dir, self.step, self.model, self.parts.tokenizer, self._trainer_state())
 
-    def evaluate(self, label: str) -> EvalResult | None:
+    def evaluate(self, label: str, logger: MetricsLogger) -> None:
+        """Held-out evaluation into eval_LABEL.json and the metrics (two attempts when eval.attempts=2)."""
         if not self.test_tasks:
-            return None
-        result = evaluate(self.test_tasks, self.parts.make_env, self.parts.generator, self.parts.tokenizer,
-                          eval_params(self.config), PromptFormat.from_config(self.config.env))
-        (self.run_dir / f"eval_{label}.json").write_text(
-            json.dumps({**result.summary(), "step": self.step, "samples": result.samples}, indent=1))
-        self.history[f"eval_{label}"] = result.summary()
-        return result
+            return
+        parts, config = self.parts, self.config
+        if config.eval.attempts == 2:
+            record = evaluate_two_attempts(self.test_tasks, parts.make_env, parts.generator, parts.tokenizer,
+                                           eval_params(config), PromptFormat.from_config(config.env),
+                                           reflection_prompts(config))
+            summary = {k: v for k, v in record.items() if k != "samples"}
+            metrics = {"eval/success": record["first_try"]["success"],
+                       "eval/second_try_success": record["second_try"]["success"]}
+        else:
+            result = evaluate(self.test_tasks, parts.make_env, parts.generator, parts.tokenizer, eval_params(config),
+                              PromptFormat.from_config(config.env))
+            record, summary = {**result.summary(), "samples": result.samples}, result.summary()
+            metrics = {"eval/success": result.success, "eval/reward": result.mean_reward}
+        (self.run_dir / f"eval_{label}.json").write_text(json.dumps({**record, "step": self.step}, indent=1))
+        self.history[f"eval_{label}"] = summary
+        logger.log(self.step, metrics)
+        console.print(f"held-out {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+
+    def write_r3_table(self) -> None:
+        before, after = self.history.get("eval_before"), self.history.get("eval_after")
+        if self.config.eval.attempts == 2 and before and after:
+            markdown, csv = r3_table(before, after)
+            (self.run_dir / "r3_table.md").write_text(markdown)
+            (self.run_dir / "r3_table.csv").write_text(csv)
 
     def train_step(self) -> dict[str, float]:
         config = self.config
         started = time.perf_counter()
+        if self.parts.strategy.refresh_due(self.step):
+            self.task_builds += 1
+            self.sampler = self._make_sampler()
         tasks = self.sampler.next_batch(config.train.tasks_per_step)
         experiences, metrics = self.parts.strategy.explore(tasks, self.step)
         rollout_seconds = time.perf_counter() - started
@@ -171,11 +199,7 @@ class Trainer:
         logger = MetricsLogger(self.run_dir, tensorboard=logging.tensorboard, wandb=logging.wandb)
         try:
             if self.step == 0 and "eval_before" not in self.history:
-                before = self.evaluate("before")
-                if before is not None:
-                    logger.log(0, {"eval/success": before.success, "eval/reward": before.mean_reward})
-                    console.print(f"held-out success before training: {before.success:.3f} "
-                                  f"[{before.ci_low:.3f}, {before.ci_high:.3f}] on {before.total} tasks")
+                self.evaluate("before", logger)
             with TrainProgress(config.train.steps, start_step=self.step, enabled=logging.progress) as progress, \
                     GracefulInterrupt() as interrupt:
                 while self.step < config.train.steps:
@@ -183,9 +207,7 @@ class Trainer:
                     logger.log(self.step, metrics)
                     progress.update(self.step, metrics)
                     if config.eval.every and self.step % config.eval.every == 0 and self.step < config.train.steps:
-                        result = self.evaluate(f"step{self.step}")
-                        if result is not None:
-                            logger.log(self.step, {"eval/success": result.success, "eval/reward": result.mean_reward})
+                        self.evaluate(f"step{self.step}", logger)
                     if interrupt.requested:
                         break
                     if config.train.checkpoint_every and self.step % config.train.checkpoint_every == 0:
@@ -194,9 +216,8 @@ class Trainer:
             if self.step < config.train.steps:
                 console.print(f"stopped at step {self.step}; continue with: r3l train --resume {self.run_dir}")
                 return {"run_dir": str(self.run_dir), "step": self.step, "interrupted": True}
-            after = self.evaluate("after")
-            if after is not None:
-                logger.log(self.step, {"eval/success": after.success, "eval/reward": after.mean_reward})
+            self.evaluate("after", logger)
+            self.write_r3_table()
         finally:
             logger.close()
         summary = {"run_dir": str(self.run_dir), "step": self.step,

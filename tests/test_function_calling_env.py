@@ -1,4 +1,5 @@
 """The function_calling environment: real BFCL data, seeded splits, gold answers, and the xLAM file loader."""
+import importlib.util
 import json
 
 import pytest
@@ -7,7 +8,7 @@ import r3l.envs
 from r3l.envs.function_calling import FunctionCallingEnv
 from r3l.errors import UserError
 
-needs_bfcl = pytest.mark.skipif(__import__("importlib").util.find_spec("bfcl_eval") is None,
+needs_bfcl = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
                                 reason="needs BFCL data: pip install --no-deps bfcl-eval")
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Sequence
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from r3l.config import format_validation_error
+from r3l.errors import UserError
 
 from r3l.envs import Env, Task
 from r3l.experience import Experience
@@ -23,12 +29,37 @@ class ExploreContext:
     sampling: SamplingParams
     group_size: int
     prompt_format: PromptFormat = PromptFormat()
+    reflection_sampling: SamplingParams | None = None
+
+
+class StrategySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
 class Strategy(ABC):
+    Settings: ClassVar[type[StrategySettings]] = StrategySettings
+
     def __init__(self, context: ExploreContext, **settings: Any):
         self.context = context
-        self.settings = settings
+        try:
+            self.settings = self.Settings(**settings)
+        except ValidationError as error:
+            raise UserError(f"algorithm.strategy_args: {format_validation_error(error)}") from None
+
+    def training_tasks(self, train_tasks: Sequence[Task], run_dir: Path | None, limit: int | None = None,
+                       build: int = 0) -> Sequence[Task]:
+        """The tasks a run draws its batches from (R3 draws from a failure set); `limit` bounds the work,
+        `build` counts rebuilds (see `refresh_due`)."""
+        return train_tasks
+
+    def refresh_due(self, step: int) -> bool:
+        """Whether `training_tasks` should be rebuilt before `step` (e.g. a periodic failure-set refresh)."""
+        return False
+
+    @property
+    def pending_metrics(self) -> dict[str, float]:
+        """Metrics from preparation work (such as building a failure set), reported once."""
+        return {}
 
     @abstractmethod
     def explore(self, tasks: Sequence[Task], step: int) -> tuple[list[Experience], dict[str, float]]:
@@ -36,7 +67,7 @@ class Strategy(ABC):
 
 
 STRATEGIES: Registry[type[Strategy]] = Registry("exploration strategy")
-_MODULES = ("plain",)
+_MODULES = ("plain", "r3")
 
 
 def make_strategy(name: str, context: ExploreContext, **settings: Any) -> Strategy:

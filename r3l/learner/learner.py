@@ -49,7 +49,9 @@ def apply_lora(model, lora: LoraConfig):
 
 class Learner:
     def __init__(self, model, tokenizer, algorithm: AlgorithmConfig, train: TrainConfig, *, temperature: float,
-                 autocast_bf16: bool = True, ref_model=None, total_steps: int | None = None):
+                 autocast_bf16: bool = True, ref_model=None, total_steps: int | None = None,
+                 gradient_checkpointing: bool = False):
+        self.gradient_checkpointing = gradient_checkpointing  # the KV-cache prefix path cannot run under it
         self.model = model
         self.pad_id = tokenizer.pad_token_id
         self.algorithm = algorithm
@@ -111,8 +113,7 @@ class Learner:
         return old
 
     def _share_prefix(self, experiences: Sequence[Experience]) -> bool:
-        checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
-        return (self.train.share_prefix and not checkpointing and split_head(self.model)[0] is not None
+        return (self.train.share_prefix and not self.gradient_checkpointing and split_head(self.model)[0] is not None
                 and all(shared_prefix_length(e) > 0 for e in experiences))
 
     def _collate(self, experiences: Sequence[Experience]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,35 @@
+"""Reflection prompt templates: package defaults in r3l/prompts/, replaceable by files named in the config."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from r3l.errors import UserError
+
+PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
+
+
+def read_template(path: str | None, default_name: str) -> str:
+    file = Path(path) if path else PROMPT_DIR / default_name
+    if not file.exists():
+        raise UserError(f"prompt template {file} does not exist; point the setting at an existing text file")
+    return file.read_text().strip()
+
+
+@dataclass(frozen=True)
+class ReflectionPrompts:
+    """`reflect` may contain {feedback}; it is filled with " <verifier feedback>" or left empty."""
+
+    reflect: str
+    retry: str
+    include_feedback: bool = False
+
+    @classmethod
+    def load(cls, reflect_path: str | None = None, retry_path: str | None = None,
+             include_feedback: bool = False) -> "ReflectionPrompts":
+        return cls(read_template(reflect_path, "r3_reflect.txt"), read_template(retry_path, "r3_retry.txt"),
+                   include_feedback)
+
+    def reflect_message(self, feedback: str) -> str:
+        detail = f" {feedback.strip()}" if self.include_feedback and feedback.strip() else ""
+        return self.reflect.replace("{feedback}", detail)

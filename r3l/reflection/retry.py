@@ -1,0 +1,87 @@
+"""First attempts and the reflect-then-retry step, as token-exact conversations (used by R3 and by eval)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from r3l.envs import Env, Task, Verdict
+from r3l.reflection.prompts import ReflectionPrompts
+from r3l.rollout.chat import PromptFormat
+from r3l.rollout.conversation import TokenConversation
+from r3l.rollout.generator import Completion, Generator, SamplingParams
+
+
+@dataclass
+class Attempt:
+    task: Task
+    conversation: TokenConversation  # ends with the attempt's assistant turn
+    completion: Completion
+    verdict: Verdict
+
+
+@dataclass
+class Retry:
+    """One reflection on a failed attempt and the second attempt written after it."""
+
+    failure: Attempt
+    conversation: TokenConversation  # prompt, first attempt, reflection, second attempt
+    reflection: Completion
+    reflection_span: tuple[int, int]
+    second: Completion
+    second_span: tuple[int, int]
+    verdict: Verdict
+
+
+def judge(make_env: Callable[[], Env], task: Task, text: str) -> Verdict:
+    env = make_env()
+    env.reset(task)
+    result = env.step(text)
+    return Verdict(result.reward, bool(result.info.get("success", False)), str(result.info.get("feedback", "")))
+
+
+def start_conversation(task: Task, env: Env, tokenizer, prompt_format: PromptFormat) -> TokenConversation:
+    return TokenConversation.start(tokenizer, prompt_format.messages(env.reset(task), env.system_prompt))
+
+
+def first_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
+                   params: SamplingParams, prompt_format: PromptFormat, n: int = 1) -> list[list[Attempt]]:
+    env = make_env()
+    starts = [start_conversation(task, env, tokenizer, prompt_format) for task in tasks]
+    groups = generator.generate([c.tokens for c in starts], params, n=n)
+    attempts = []
+    for task, start, completions in zip(tasks, starts, groups):
+        row = []
+        for completion in completions:
+            conversation = start.copy()
+            conversation.add_assistant(completion, trained=False)
+            row.append(Attempt(task, conversation, completion, judge(make_env, task, completion.text)))
+        attempts.append(row)
+    return attempts
+
+
+def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], generator: Generator,
+                      prompts: ReflectionPrompts, reflect_params: SamplingParams, retry_params: SamplingParams,
+                      n_reflections: int, train_second_attempt: bool = False) -> list[list[Retry]]:
+    """`n_reflections` reflections per failure, each followed by one second attempt."""
+    asking = []
+    for failure in failures:
+        conversation = failure.conversation.copy()
+        conversation.add_user(prompts.reflect_message(failure.verdict.feedback))
+        asking.append(conversation)
+    reflections = generator.generate([c.tokens for c in asking], reflect_params, n=n_reflections)
+    pending = []
+    for failure, conversation, group in zip(failures, asking, reflections):
+        for reflection in group:
+            retry = conversation.copy()
+            span = retry.add_assistant(reflection, trained=True)
+            retry.add_user(prompts.retry)
+            pending.append((failure, retry, reflection, span))
+    seconds = generator.generate([p[1].tokens for p in pending], retry_params, n=1)
+    results: list[list[Retry]] = [[] for _ in failures]
+    position = {id(f): i for i, f in enumerate(failures)}
+    for (failure, conversation, reflection, span), (second,) in zip(pending, seconds):
+        second_span = conversation.add_assistant(second, trained=train_second_attempt)
+        verdict = judge(make_env, failure.task, second.text)
+        results[position[id(failure)]].append(
+            Retry(failure, conversation, reflection, span, second, second_span, verdict))
+    return results

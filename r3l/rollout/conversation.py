@@ -1,0 +1,82 @@
+"""A chat transcript kept as token ids: assistant turns exactly as generated, other turns tokenised once.
+
+Nothing is ever re-tokenised: the tokens of each assistant turn are the sampled ids, and the text
+the chat template puts between turns is tokenised on its own when a user turn is added.
+`drift()` compares the result with a fresh tokenisation of the whole conversation.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from r3l.rollout.chat import encode_prompt
+from r3l.rollout.generator import Completion
+
+_SENTINEL = "\u2063R3L-TURN-END\u2063"
+
+
+@dataclass
+class TokenConversation:
+    tokenizer: object
+    messages: list[dict[str, str]]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    _open_end: str = ""
+
+    @classmethod
+    def start(cls, tokenizer, messages: list[dict[str, str]]) -> "TokenConversation":
+        """The prompt (messages + assistant header), ready for the first assistant turn."""
+        tokens = encode_prompt(tokenizer, messages)
+        return cls(tokenizer, list(messages), tokens, [0.0] * len(tokens), [0] * len(tokens))
+
+    def copy(self) -> "TokenConversation":
+        return TokenConversation(self.tokenizer, copy.deepcopy(self.messages), list(self.tokens), list(self.logprobs),
+                                 list(self.loss_mask), list(self.turn_spans), self._open_end)
+
+    def add_assistant(self, completion: Completion, trained: bool) -> tuple[int, int]:
+        """Append a generated turn token-for-token; returns its [start, end) span."""
+        start = len(self.tokens)
+        self.tokens += completion.tokens
+        self.logprobs += completion.logprobs
+        self.loss_mask += [int(trained)] * len(completion.tokens)
+        self.turn_spans.append((start, len(self.tokens)))
+        self.messages.append({"role": "assistant", "content": completion.text})
+        self._open_end = self._turn_end_text(completion)
+        return start, len(self.tokens)
+
+    def add_user(self, content: str) -> None:
+        """Append a user turn and the next assistant header, tokenised once and never trained."""
+        before = self._render(self.messages, generation_prompt=False)
+        self.messages.append({"role": "user", "content": content})
+        after = self._render(self.messages, generation_prompt=True)
+        if not after.startswith(before):
+            raise ValueError("the chat template does not render conversations prefix-stably")
+        bridge = self._open_end + after[len(before):]
+        ids = self.tokenizer(bridge, add_special_tokens=False)["input_ids"]
+        self.tokens += ids
+        self.logprobs += [0.0] * len(ids)
+        self.loss_mask += [0] * len(ids)
+        self._open_end = ""
+
+    def drift(self) -> int:
+        """Positions where these tokens differ from a fresh tokenisation of the conversation text (0 = exact)."""
+        fresh = self.tokenizer(self._render(self.messages, generation_prompt=self.messages[-1]["role"] != "assistant"),
+                               add_special_tokens=False)["input_ids"]
+        own = self.tokens
+        if self.messages[-1]["role"] == "assistant" and self._open_end:
+            own = own + self.tokenizer(self._open_end, add_special_tokens=False)["input_ids"]
+        return sum(a != b for a, b in zip(own, fresh)) + abs(len(own) - len(fresh))
+
+    def _render(self, messages, generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def _turn_end_text(self, completion: Completion) -> str:
+        """What the template writes after an assistant message's content, less what was generated."""
+        probe = self.messages[:-1] + [{"role": "assistant", "content": _SENTINEL}]
+        tail = self._render(probe, generation_prompt=False).split(_SENTINEL, 1)[1]
+        generated_end = self.tokenizer.decode(completion.tokens[-1:], skip_special_tokens=False) if completion.tokens else ""
+        if completion.finish_reason == "stop" and generated_end and tail.startswith(generated_end):
+            return tail[len(generated_end):]
+        return tail

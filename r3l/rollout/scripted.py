@@ -1,0 +1,120 @@
+"""The `scripted` generator, a test backend: its text comes from a script, its tokens and log-probabilities
+from the real model and tokenizer, so every path (masks, groups, advantages, learner) runs end to end
+without a capable model.
+
+The script reads the prompt's last turn: after a reflection request it writes a reflection, after a
+retry request a second answer that is right about half of the time (it solves countdown and arithmetic
+prompts itself), otherwise a wrong first answer.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from fractions import Fraction
+from typing import Sequence
+
+import torch
+
+from r3l.algorithms import token_logprobs
+from r3l.envs.safe_math import ExpressionError, evaluate
+from r3l.rollout.generator import GENERATORS, Completion, SamplingParams
+from r3l.rollout.hf import HFGenerator
+
+REFLECTIONS = (
+    "I did not check that my answer satisfies every condition of the task. Next time I will verify it step by step.",
+    "I answered too quickly and got the arithmetic wrong. I should compute each operation carefully.",
+    "My answer ignored part of the question. I will reread the task and use every given number exactly once.",
+)
+REFLECT_MARKERS = ("reflect on what went wrong", "reflect on")
+RETRY_MARKERS = ("try again",)
+
+
+def countdown_solution(numbers: Sequence[int], target: int) -> str | None:
+    """A brute-force search over orders, operators and bracketings (fine for up to 4 numbers)."""
+    for order in itertools.permutations(numbers):
+        for expression, value in _expressions([str(n) for n in order], [Fraction(n) for n in order]):
+            if value == target:
+                return expression
+    return None
+
+
+def _expressions(texts: list[str], values: list[Fraction]):
+    if len(texts) == 1:
+        yield texts[0], values[0]
+        return
+    for split in range(1, len(texts)):
+        for left_text, left in _expressions(texts[:split], values[:split]):
+            for right_text, right in _expressions(texts[split:], values[split:]):
+                yield f"({left_text} + {right_text})", left + right
+                yield f"({left_text} - {right_text})", left - right
+                yield f"({left_text} * {right_text})", left * right
+                if right != 0:
+                    yield f"({left_text} / {right_text})", left / right
+
+
+def solve(question: str) -> str | None:
+    """The right answer for the prompts the script knows: countdown and plain arithmetic."""
+    countdown = re.search(r"numbers \[([\d,\s]+)\].*?equals (\-?\d+)", question, re.S)
+    if countdown:
+        numbers = [int(n) for n in countdown.group(1).split(",") if n.strip()]
+        return countdown_solution(numbers, int(countdown.group(2))) if len(numbers) <= 4 else None
+    arithmetic = re.search(r"Calculate (.+?)\.?\s*$", question.strip().splitlines()[0] if question.strip() else "")
+    if arithmetic:
+        try:
+            value = evaluate(arithmetic.group(1)).value
+        except ExpressionError:
+            return None
+        return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    return None
+
+
+def coin(*parts: object) -> float:
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+@GENERATORS.register("scripted")
+class ScriptedGenerator(HFGenerator):
+    def __init__(self, model, tokenizer, dtype: torch.dtype = torch.float32, prefill_chunk: int = 64,
+                 success_rate: float = 0.5, first_success_rate: float = 0.0):
+        super().__init__(model, tokenizer, dtype=dtype, prefill_chunk=prefill_chunk)
+        self.success_rate = success_rate
+        self.first_success_rate = first_success_rate
+        self.calls = 0
+
+    def script(self, prompt_text: str, sample: int, seed: int | None) -> str:
+        turns = [t for t in re.split(r"<\|im_start\|>|<\|im_end\|>", prompt_text) if t.strip()]
+        users = [t[len("user"):].strip() for t in turns if t.startswith("user")]
+        last = users[-1].lower() if users else prompt_text.lower()
+        first_question = users[0] if users else prompt_text
+        if any(marker in last for marker in RETRY_MARKERS):
+            answer = solve(first_question)
+            if answer is not None and coin(prompt_text, sample, seed, self.calls) < self.success_rate:
+                return f"<answer>{answer}</answer>"
+            return "<answer>1 + 1</answer>"
+        if any(marker in last for marker in REFLECT_MARKERS):
+            return REFLECTIONS[int(coin(prompt_text, sample, seed) * len(REFLECTIONS))]
+        answer = solve(first_question)
+        if answer is not None and coin("first", prompt_text, sample, seed) < self.first_success_rate:
+            return f"<answer>{answer}</answer>"
+        return "<answer>0</answer>"
+
+    @torch.inference_mode()
+    def generate(self, prompts, params: SamplingParams, n: int = 1) -> list[list[Completion]]:
+        self.calls += 1
+        results = []
+        temperature = params.temperature if params.temperature > 0 else 1.0
+        for prompt in prompts:
+            prompt_text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
+            group = []
+            for sample in range(n):
+                text = self.script(prompt_text, sample, params.seed)
+                tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"][: params.max_new_tokens - 1]
+                tokens = tokens + [self.tokenizer.eos_token_id]
+                ids = torch.tensor([list(prompt) + tokens])
+                logits = self.model(input_ids=ids).logits[:, len(prompt) - 1:-1]
+                logprobs = token_logprobs(logits, ids[:, len(prompt):], temperature)[0].tolist()
+                group.append(Completion(tokens, logprobs, self.tokenizer.decode(tokens, skip_special_tokens=True), "stop"))
+            results.append(group)
+        return results

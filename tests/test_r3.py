@@ -1,0 +1,117 @@
+"""R3 end to end with the scripted generator (real tokenizer and model, scripted text): failure set,
+reflection-only masks, binary second-attempt rewards, groups, two-attempt evaluation."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from r3l.config import load_config
+from r3l.envs import make
+from r3l.errors import UserError
+from r3l.failure_set import build_failure_set
+from r3l.reflection.prompts import ReflectionPrompts
+from r3l.rollout.chat import PromptFormat
+from r3l.rollout.generator import SamplingParams
+from r3l.rollout.scripted import ScriptedGenerator, countdown_solution
+from tests.conftest import run_cli
+
+
+def records(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def check_r3_record(record, train_second_attempt=False):
+    first, reflection, second = record["turn_spans"]
+    mask = record["loss_mask"]
+    assert record["kind"] == "reflection"
+    assert record["meta"]["reflection_span"] == list(reflection)
+    assert all(m == 1 for m in mask[reflection[0]:reflection[1]])
+    assert all(m == int(train_second_attempt) for m in mask[second[0]:second[1]])
+    outside = mask[:reflection[0]] + mask[reflection[1]:second[0]] + mask[second[1]:]
+    assert not any(outside)  # prompt, first attempt and instructions are never trained
+    assert record["reward"] == (1.0 if record["meta"]["second_attempt_success"] else 0.0)
+    assert all(lp < 0 for lp in record["logprobs"][reflection[0]:reflection[1]])
+
+
+def test_rollout_line_shows_the_r3_structure(tmp_path):
+    result = run_cli("rollout", "model=tiny-random", "generator=scripted", "algorithm=r3", "env=countdown",
+                     "--dump", "out.jsonl", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    dumped = records(tmp_path / "out.jsonl")
+    groups = {}
+    for record in dumped:
+        check_r3_record(record)
+        groups.setdefault(record["group"], []).append(record)
+    assert len(groups) == 2 and all(len(g) == 8 for g in groups.values())  # G reflections per failed attempt
+    for members in groups.values():
+        assert len({json.dumps(m["meta"]["first_attempt"]) for m in members}) == 1  # one failure per group
+        assert abs(sum(m["advantage"] for m in members)) < 1e-5
+    assert {r["meta"]["second_attempt_success"] for r in dumped} == {True, False}
+
+
+def test_r3_training_dumps_reflection_only_masks_and_the_table(tmp_path):
+    result = run_cli("train", "model=tiny-random", "generator=scripted", "algorithm=r3", "env=countdown",
+                     "sampling.group_size=4", "train.steps=2", "train.tasks_per_step=2", "eval.size=4",
+                     "eval.attempts=2", "algorithm.strategy_args.max_queries=8",
+                     "algorithm.strategy_args.train_second_attempt=true", "logging.tensorboard=false",
+                     f"run.dir={tmp_path}", "run.name=r3", "--dump-experiences", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "r3"
+    for step in (1, 2):
+        for record in records(run / "experiences" / f"step_{step:06d}.jsonl"):
+            check_r3_record(record, train_second_attempt=True)
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    step_one = next(m for m in metrics if m["step"] == 1 and "loss" in m)
+    for key in ("second_try_success", "reflection_length", "zero_variance_groups", "failure_set/kept"):
+        assert key in step_one
+    table = (run / "r3_table.md").read_text()
+    assert "untrained 1st try" in table and "trained 2nd try" in table
+    assert (run / "r3_table.csv").read_text().count("\n") == 2
+
+
+def test_failure_set_counts_and_resumes(tiny, tmp_path):
+    model, tokenizer = tiny
+    env = make("arithmetic", max_terms=2, max_digits=1, train_size=12, test_size=4)
+    generator = ScriptedGenerator(model, tokenizer, first_success_rate=0.7)
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=5)
+    path = tmp_path / "failures.jsonl"
+    build = lambda max_queries: build_failure_set(  # noqa: E731
+        env.tasks("train"), lambda: env, generator, tokenizer, params, PromptFormat(), max_samples=4,
+        round_size=2, queries_per_batch=3, max_queries=max_queries, path=path)
+    partial = build(6)
+    assert partial.tried == 6 == partial.solved + len(partial.tasks)
+    full = build(12)  # resumes: the first six come from the file
+    assert full.tried == 12 == full.solved + len(full.tasks)
+    assert len(path.read_text().splitlines()) == 12
+    assert full.solved > 0 and full.tasks
+    for task in full.tasks:
+        attempt = task.data["first_attempt"]
+        assert not env.verify(task, attempt["text"]).success and len(attempt["tokens"]) == len(attempt["logprobs"])
+
+
+def test_reflection_prompts(tmp_path):
+    prompts = ReflectionPrompts.load(include_feedback=True)
+    assert "uses 7 twice" in prompts.reflect_message("uses 7 twice")
+    assert "uses 7 twice" not in ReflectionPrompts.load().reflect_message("uses 7 twice")
+    custom = tmp_path / "reflect.txt"
+    custom.write_text("Think about it.{feedback}")
+    assert ReflectionPrompts.load(str(custom), include_feedback=True).reflect_message("x") == "Think about it. x"
+    with pytest.raises(UserError, match="does not exist"):
+        ReflectionPrompts.load(str(tmp_path / "missing.txt"))
+
+
+def test_unknown_strategy_setting_is_a_one_line_error():
+    from r3l.explore import ExploreContext, make_strategy
+
+    config = load_config(None, ["algorithm=r3", "algorithm.strategy_args.max_sample=3"])
+    with pytest.raises(UserError, match="max_sample"):
+        make_strategy("r3", ExploreContext(None, None, None, SamplingParams(), 2), **config.algorithm.strategy_args)
+
+
+def test_countdown_solver_finds_a_valid_equation():
+    expression = countdown_solution([3, 5, 7], 22)
+    env = make("countdown", train_size=1, test_size=1)
+    assert expression is not None
+    task = env.tasks("test")[0]
+    assert env.verify(task, f"<answer>{countdown_solution(task.answer['numbers'], task.answer['target'])}</answer>").success
