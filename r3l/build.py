@@ -38,7 +38,19 @@ def load_model(config: Config):
 
     quiet_libraries()
     model, tokenizer = load_policy(config.model.name, DTYPES[config.model.dtype])
-    return model, tokenizer
+    return model.to(resolve_device(config.model.device)), tokenizer
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"model.device '{name}' is not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"model.device is '{name}' but torch sees no CUDA device; use model.device=cpu")
+    return device
 
 
 def make_generator(config: Config, model, tokenizer) -> Generator:

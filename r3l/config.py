@@ -32,6 +32,7 @@ class LoraConfig(Section):
 class ModelConfig(Section):
     name: str = "smollm2-135m-instruct"
     dtype: Literal["float32", "bfloat16"] = "float32"
+    device: str = Field("auto", description="auto (cuda when available, else cpu), cpu, cuda, cuda:N")
     autocast_bf16: bool = True
     gradient_checkpointing: bool = False
     lora: LoraConfig = LoraConfig()

@@ -64,9 +64,13 @@ class Learner:
         self.optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, total_steps or train.steps, train.warmup_ratio, train.schedule)
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
     def _autocast(self):
         if self.autocast_bf16:
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def _masked_logits(self, model, batch) -> torch.Tensor:
@@ -101,7 +105,7 @@ class Learner:
         logits = self._masked_logits(model, batch)
         selected = batch["loss_mask"] > 0
         values = token_logprobs(logits[None], batch["targets"][selected][None], self.temperature)[0]
-        full = torch.zeros(batch["loss_mask"].shape, dtype=values.dtype)
+        full = torch.zeros(batch["loss_mask"].shape, dtype=values.dtype, device=values.device)
         full = full.index_put((selected.nonzero(as_tuple=True)), values)
         return full, logits
 
@@ -118,8 +122,10 @@ class Learner:
 
     def _collate(self, experiences: Sequence[Experience]) -> dict[str, torch.Tensor]:
         if self._share_prefix(experiences):
-            return collate_shared_prefix(experiences, self.pad_id)
-        return collate(experiences, self.pad_id)
+            batch = collate_shared_prefix(experiences, self.pad_id)
+        else:
+            batch = collate(experiences, self.pad_id)
+        return {name: tensor.to(self.device) for name, tensor in batch.items()}
 
     def update(self, experiences: Sequence[Experience]) -> dict[str, float]:
         """One optimizer step per pass over `experiences` (advantages must already be set)."""

@@ -37,6 +37,7 @@ class HFGenerator(Generator):
         self.dtype = dtype
         self.prefill_chunk = prefill_chunk
         self.model = copy.deepcopy(model).to(dtype).eval()
+        self.device = next(self.model.parameters()).device
         self.stop_token_ids = {tokenizer.eos_token_id}
         self._stats = {"generated_tokens": 0, "generate_seconds": 0.0}
 
@@ -47,7 +48,7 @@ class HFGenerator(Generator):
             raise KeyError(f"weight sync lacks {len(missing)} tensors, e.g. {sorted(missing)[0]}")
         with torch.no_grad():
             for name, target in own.items():
-                target.copy_(state_dict[name])
+                target.copy_(state_dict[name].to(target.device))
 
     @property
     def stats(self) -> dict[str, float]:
@@ -55,7 +56,7 @@ class HFGenerator(Generator):
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
         start = time.perf_counter()
-        rng = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        rng = torch.Generator(device=self.device).manual_seed(params.seed) if params.seed is not None else None
         results: list[list[Completion]] = [[] for _ in prompts]
         for first in range(0, len(prompts), self.prefill_chunk):
             chunk = list(prompts[first:first + self.prefill_chunk])
@@ -73,6 +74,7 @@ class HFGenerator(Generator):
         for row, prompt in enumerate(prompts):
             input_ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
             attention[row, width - len(prompt):] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                             use_cache=True, logits_to_keep=1)
@@ -83,7 +85,7 @@ class HFGenerator(Generator):
             logits = logits.repeat_interleave(n, dim=0)
             attention = attention.repeat_interleave(n, dim=0)
             positions = positions.repeat_interleave(n, dim=0)
-        rows = torch.arange(attention.shape[0])
+        rows = torch.arange(attention.shape[0], device=self.device)
         next_position = positions[:, -1] + 1
         tokens: list[list[int]] = [[] for _ in range(len(rows))]
         logprobs: list[list[float]] = [[] for _ in range(len(rows))]
@@ -102,11 +104,11 @@ class HFGenerator(Generator):
             if not keep or step == params.max_new_tokens - 1:
                 break
             if len(keep) < len(rows):
-                keep_index = torch.tensor(keep)
+                keep_index = torch.tensor(keep, device=self.device)
                 cache.batch_select_indices(keep_index)
                 rows, chosen = rows[keep_index], chosen[keep_index]
                 attention, next_position = attention[keep_index], next_position[keep_index]
-            attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+            attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long, device=self.device)], dim=1)
             output = self.model(input_ids=chosen[:, None], attention_mask=attention,
                                 position_ids=next_position[:, None], use_cache=True, **with_cache(self.model, cache))
             cache = cache_of(output)

@@ -112,7 +112,7 @@ class ScriptedGenerator(HFGenerator):
                 text = self.script(prompt_text, sample, params.seed)
                 tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"][: params.max_new_tokens - 1]
                 tokens = tokens + [self.tokenizer.eos_token_id]
-                ids = torch.tensor([list(prompt) + tokens])
+                ids = torch.tensor([list(prompt) + tokens], device=self.device)
                 logits = self.model(input_ids=ids).logits[:, len(prompt) - 1:-1]
                 logprobs = token_logprobs(logits, ids[:, len(prompt):], temperature)[0].tolist()
                 group.append(Completion(tokens, logprobs, self.tokenizer.decode(tokens, skip_special_tokens=True), "stop"))
