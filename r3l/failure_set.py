@@ -33,11 +33,15 @@ class FailureSet:
                 "failure_set/first_try_success": self.first_try_success}
 
 
+def task_with_attempt(task: Task, index: int, attempt: dict) -> Task:
+    return Task(id=task.id, prompt=task.prompt, answer=task.answer,
+                data={**task.data, "train_index": index, "first_attempt": attempt})
+
+
 def failure_task(task: Task, index: int, completion: Completion, feedback: str) -> Task:
     attempt = {"tokens": completion.tokens, "logprobs": completion.logprobs, "text": completion.text,
                "finish_reason": completion.finish_reason, "feedback": feedback}
-    return Task(id=task.id, prompt=task.prompt, answer=task.answer,
-                data={**task.data, "train_index": index, "first_attempt": attempt})
+    return task_with_attempt(task, index, attempt)
 
 
 def stored_completion(task: Task) -> Completion:
@@ -57,10 +61,8 @@ def _add(result: FailureSet, record: dict, tasks: Sequence[Task]) -> None:
     result.samples += record["samples"]
     result.successes += record["successes"]
     if record["kept"]:
-        task = tasks[record["train_index"]]
-        result.tasks.append(Task(task.id, task.prompt, task.answer,
-                                 {**task.data, "train_index": record["train_index"],
-                                  "first_attempt": record["first_attempt"]}))
+        index = record["train_index"]
+        result.tasks.append(task_with_attempt(tasks[index], index, record["first_attempt"]))
     else:
         result.solved += 1
 

@@ -56,11 +56,6 @@ class Strategy(ABC):
         """Whether `training_tasks` should be rebuilt before `step` (e.g. a periodic failure-set refresh)."""
         return False
 
-    @property
-    def pending_metrics(self) -> dict[str, float]:
-        """Metrics from preparation work (such as building a failure set), reported once."""
-        return {}
-
     @abstractmethod
     def explore(self, tasks: Sequence[Task], step: int) -> tuple[list[Experience], dict[str, float]]:
         """Experiences (rewards set, advantages not yet) and rollout metrics for one training step."""

@@ -54,7 +54,7 @@ class R3Strategy(Strategy):
         super().__init__(context, **settings)
         s = self.settings
         self.prompts = ReflectionPrompts.load(s.reflect_prompt, s.retry_prompt, s.include_feedback)
-        self._pending: dict[str, float] = {}
+        self.failure_counts: dict[str, float] = {}  # of the latest failure-set build, logged every step
 
     def training_tasks(self, train_tasks: Sequence[Task], run_dir: Path | None, limit: int | None = None,
                        build: int = 0):
@@ -63,7 +63,7 @@ class R3Strategy(Strategy):
         failures: FailureSet = build_failure_set(
             train_tasks, c.make_env, c.generator, c.tokenizer, replace(c.sampling, seed=(c.sampling.seed or 0) + build),
             c.prompt_format, max_samples=s.max_samples, max_queries=s.max_queries, target=limit, path=path)
-        self._pending = {**failures.counts(), "failure_set/builds": float(build + 1)}
+        self.failure_counts = {**failures.counts(), "failure_set/builds": float(build + 1)}
         if not failures.tasks:
             from r3l.errors import UserError
 
@@ -73,11 +73,6 @@ class R3Strategy(Strategy):
 
     def refresh_due(self, step: int) -> bool:
         return bool(self.settings.refresh_every) and step > 0 and step % self.settings.refresh_every == 0
-
-    @property
-    def pending_metrics(self) -> dict[str, float]:
-        metrics, self._pending = self._pending, {}
-        return metrics
 
     def explore(self, tasks: Sequence[Task], step: int):
         c, s = self.context, self.settings
@@ -104,7 +99,7 @@ class R3Strategy(Strategy):
             "zero_variance_groups": mean(float(len({r.verdict.success for r in g}) == 1) for g in groups),
             "generated_tokens": float(sum(len(r.reflection.tokens) + len(r.second.tokens) for r in retries)),
             "tokenization_drift": mean(float(r.conversation.drift()) for r in retries),
-            **self.pending_metrics,
+            **self.failure_counts,
         }
         metrics["success"] = metrics["second_try_success"]
         return experiences, metrics
