@@ -49,7 +49,7 @@ class DatasetEnv(SingleTurnEnv):
         self.reward_fn_path = reward_fn
         self._reward_fn = load_reward_fn(reward_fn) if reward_fn else None
         self._verifier: Verifier | None = None if reward_fn else VERIFIERS.get(verifier or "math")
-        self._tasks = load_tasks(str(path), _file_stamp(str(path)), prompt_column, answer_column,
+        self._tasks = load_tasks(str(path), file_stamp(str(path)), prompt_column, answer_column,
                                  answer_required=self._reward_fn is None, test_fraction=test_fraction, seed=seed)
 
     def tasks(self, split: str) -> Sequence[Task]:
@@ -97,7 +97,7 @@ def load_tasks(path: str, stamp: tuple[int, int] | None, prompt_column: str, ans
     }
 
 
-def _file_stamp(path: str) -> tuple[int, int] | None:
+def file_stamp(path: str) -> tuple[int, int] | None:
     try:
         status = Path(path).stat()
     except OSError:

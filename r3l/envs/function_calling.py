@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from r3l.envs import register
+from r3l.envs.dataset import file_stamp
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.tool_calls import (Call, ToolCallFormatError, bfcl_reference_calls, format_tool_calls,
                                  parse_tool_calls, verify_bfcl, verify_exact)
@@ -82,7 +83,7 @@ class FunctionCallingEnv(SingleTurnEnv):
                 raise UserError("env.path is needed for source='xlam': a .jsonl or .json file of "
                                 "query/tools/answers rows")
             self.categories = ()
-            splits = load_xlam(str(path), _file_stamp(str(path)), seed, test_fraction)
+            splits = load_xlam(str(path), file_stamp(str(path)), seed, test_fraction)
         self._tasks = {
             "train": _numbered(splits["train"][:train_size], "train"),
             "test": _numbered(splits["test"][:test_size], "test"),
@@ -232,14 +233,6 @@ def _solvable(ground_truth: list[Any]) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ xLAM
-
-def _file_stamp(path: str) -> tuple[int, int] | None:
-    try:
-        status = Path(path).stat()
-    except OSError:
-        return None
-    return status.st_mtime_ns, status.st_size
-
 
 @functools.lru_cache(maxsize=4)
 def load_xlam(path: str, stamp: tuple[int, int] | None, seed: int,
