@@ -11,7 +11,7 @@ from r3l.registry import Registry
 ENVS: Registry[type[Env]] = Registry("environment")
 register = ENVS.register
 
-_MODULES = ("countdown", "arithmetic", "dataset", "function_calling")
+_MODULES = ("countdown", "arithmetic", "dataset", "function_calling", "textworld_express", "scienceworld")
 
 
 def _load_all() -> None:

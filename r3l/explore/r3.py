@@ -98,7 +98,7 @@ class R3Strategy(Strategy):
             "response_length": mean(len(r.second.tokens) for r in retries),
             "zero_variance_groups": mean(float(len({r.verdict.success for r in g}) == 1) for g in groups),
             "generated_tokens": float(sum(len(r.reflection.tokens) + len(r.second.tokens) for r in retries)),
-            "tokenization_drift": mean(float(r.conversation.drift()) for r in retries),
+            "tokenization_drift_rate": mean(float(r.conversation.drift() > 0) for r in retries),
             **self.failure_counts,
         }
         metrics["success"] = metrics["second_try_success"]
