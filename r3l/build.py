@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from r3l.config import Config
-from r3l.envs import Env, make
+from r3l.envs import Env, SingleTurnEnv, make
 from r3l.errors import UserError
 from r3l.explore import ExploreContext, Strategy, make_strategy
 from r3l.rollout.chat import PromptFormat
@@ -29,7 +29,10 @@ def quiet_libraries() -> None:
 
 
 def env_factory(config: Config) -> Callable[[], Env]:
-    make(config.env.name, **config.env.args)  # fail early on a bad name or settings
+    env = make(config.env.name, **config.env.args)  # fail early on a bad name or settings
+    if not isinstance(env, SingleTurnEnv):
+        raise UserError(f"environment '{config.env.name}' is multi-turn, and training and evaluation on multi-turn "
+                        "environments are not built yet; use a single-turn environment (see `r3l envs`)")
     return partial(make, config.env.name, **config.env.args)
 
 
