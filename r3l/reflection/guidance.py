@@ -1,0 +1,63 @@
+"""R3L's reflection texts: the trajectory log the reflection reads, its prompt, and the retry guidance.
+
+Templates default to r3l/prompts/r3l_reflect.txt and r3l_guidance.txt; placeholders are filled by plain
+replacement, so braces in rules, logs or model text are left alone.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from r3l.reflection.prompts import read_template
+from r3l.reflection.report import Report
+
+REFLECT_TEMPLATE = "r3l_reflect.txt"  # placeholders {rules}, {log}, {num_steps}
+GUIDANCE_TEMPLATE = "r3l_guidance.txt"  # placeholders {root_cause}, {suggestion}
+
+
+def load_reflect_template(path: str | None = None) -> str:
+    return read_template(path, REFLECT_TEMPLATE)
+
+
+def load_guidance_template(path: str | None = None) -> str:
+    return read_template(path, GUIDANCE_TEMPLATE)
+
+
+def _fill(template: str, **values: str) -> str:
+    for key, value in values.items():
+        template = template.replace("{" + key + "}", value)
+    return template
+
+
+def format_trajectory_log(steps: Sequence[tuple[str, str | None, str]], final_feedback: str,
+                          rules: str = "") -> str:
+    """Readable log of an episode: one block per (observation, thought, action) step, then the feedback.
+
+    A step without a thought has no Thought line. `rules`, when given, heads the log; leave it empty
+    when the rules go into the reflection prompt's own {rules} slot (`reflection_prompt` does that).
+    """
+    blocks = [f"Rules: {rules.strip()}"] if rules.strip() else []
+    for index, (observation, thought, action) in enumerate(steps):
+        lines = [f"Step {index}", f"Observation: {str(observation).strip()}"]
+        if thought is not None and str(thought).strip():
+            lines.append(f"Thought: {str(thought).strip()}")
+        lines.append(f"Action: {str(action).strip()}")
+        blocks.append("\n".join(lines))
+    blocks.append(f"Final feedback: {final_feedback.strip()}")
+    return "\n\n".join(blocks)
+
+
+def reflection_prompt(steps: Sequence[tuple[str, str | None, str]], final_feedback: str, rules: str,
+                      template: str | None = None) -> str:
+    """The user message asking for a JSON report on this trajectory (template text, or the default)."""
+    template = load_reflect_template() if template is None else template
+    return _fill(template, rules=rules.strip(), log=format_trajectory_log(steps, final_feedback),
+                 num_steps=str(len(steps)))
+
+
+def build_guidance(report: Report, template: str | None = None) -> str:
+    """The note inserted before the retry at the pivot (template text, or the default)."""
+    if not report.improvement_suggestion:
+        raise ValueError("guidance needs a report with an improvement_suggestion (a retry report)")
+    template = load_guidance_template() if template is None else template
+    return _fill(template, root_cause=report.root_cause_analysis.strip(),
+                 suggestion=report.improvement_suggestion.strip())
