@@ -89,7 +89,7 @@ def evaluate_command(
         summary = result.summary()
         record = {**summary, "samples": result.samples}
     out_dir = out or new_run_dir(config.model_copy(update={"run": config.run.model_copy(
-        update={"name": config.run.name or f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
+        update={"name": f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "eval.json").write_text(json.dumps({"model": config.model.name, "env": config.env.name, **record}, indent=1))
     typer.echo(json.dumps({"eval_json": str(out_dir / "eval.json"), **summary}, indent=1))
