@@ -160,6 +160,9 @@ def main() -> None:
     except UserError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted; a training run can continue from its last checkpoint with --resume", err=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":
