@@ -100,6 +100,8 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(16, gt=0)
     grad_clip: float = Field(1.0, gt=0)
     share_prefix: bool = Field(True, description="compute a prompt shared by a group once per micro-batch")
+    skip_zero_advantage: bool = Field(True, description="skip experiences whose gradient is exactly zero "
+                                      "(advantage 0 with an advantage-weighted loss and no KL)")
     checkpoint_every: int = Field(10, ge=0, description="steps between checkpoints; 0 = only at the end")
 
 

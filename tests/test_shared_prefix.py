@@ -66,3 +66,29 @@ def test_shared_prefix_matches_plain_forward_and_backward(tiny):
     assert plain_grads.keys() == shared_grads.keys()
     for name in plain_grads:
         assert torch.allclose(plain_grads[name], shared_grads[name], atol=1e-5, rtol=1e-4), name
+
+
+def updated_weights(model, tokenizer, skip, advantages):
+    import copy
+
+    policy = copy.deepcopy(model)
+    learner = Learner(policy, tokenizer, AlgorithmConfig(), TrainConfig(skip_zero_advantage=skip, lr=1e-2),
+                      temperature=1.0, autocast_bf16=False)
+    for step in range(2):  # the second step also checks that optimizer momentum is applied alike
+        experiences = batch_of_groups()
+        for experience, advantage in zip(experiences, advantages[step]):
+            experience.advantage = advantage
+        metrics = learner.update(experiences)
+    return policy.state_dict(), metrics
+
+
+def test_skipping_zero_advantage_experiences_changes_nothing(tiny):
+    model, tokenizer = tiny
+    advantages = [[0.5, 0.0, 0.0, -1.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]]
+    skipped, metrics = updated_weights(model, tokenizer, True, advantages)
+    computed, reference = updated_weights(model, tokenizer, False, advantages)
+    assert metrics["skipped_zero_advantage"] == 5 and reference["skipped_zero_advantage"] == 0
+    assert metrics["trained_tokens"] == reference["trained_tokens"]
+    for name in computed:
+        assert torch.allclose(skipped[name], computed[name], atol=1e-6), name
+    assert any(not torch.equal(computed[name], model.state_dict()[name]) for name in computed)

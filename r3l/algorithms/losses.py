@@ -138,3 +138,9 @@ def sft(
     if old_logprobs is not None:
         metrics.update(_off_policy_metrics(logprobs, old_logprobs, mask))
     return loss, metrics
+
+
+# Losses whose every term is multiplied by the advantage: an experience with advantage 0 adds exactly
+# zero gradient, so a learner may skip its forward and backward pass (keeping the normaliser).
+ppo_clip.advantage_weighted = True
+opmd.advantage_weighted = True

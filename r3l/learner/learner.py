@@ -116,6 +116,10 @@ class Learner:
                 old.append(self._logprobs(self.model, self._collate([experiences[i] for i in mb]))[0])
         return old
 
+    def _zero_advantage_is_free(self) -> bool:
+        return (self.train.skip_zero_advantage and self.ref_model is None
+                and getattr(self.loss_fn, "advantage_weighted", False))
+
     def _share_prefix(self, experiences: Sequence[Experience]) -> bool:
         return (self.train.share_prefix and not self.gradient_checkpointing and split_head(self.model)[0] is not None
                 and all(shared_prefix_length(e) > 0 for e in experiences))
@@ -132,14 +136,21 @@ class Learner:
         trained = [e for e in experiences if e.num_trained_tokens > 0]
         if not trained:
             return {"trained_tokens": 0.0}
-        if self._share_prefix(trained):
-            batches = prefix_micro_batches(trained, self.train.micro_batch_size)
-        else:
-            batches = micro_batches([len(e.tokens) for e in trained], self.train.micro_batch_size)
         if self.algorithm.aggregation == "token-mean":
             denominator = float(sum(e.num_trained_tokens for e in trained))
         else:
             denominator = float(len(trained))
+        all_tokens = sum(e.num_trained_tokens for e in trained)
+        if self._zero_advantage_is_free():
+            skipped = len(trained)
+            trained = [e for e in trained if e.advantage != 0.0]
+            skipped -= len(trained)
+        else:
+            skipped = 0
+        if self._share_prefix(trained):
+            batches = prefix_micro_batches(trained, self.train.micro_batch_size)
+        else:
+            batches = micro_batches([len(e.tokens) for e in trained], self.train.micro_batch_size)
         stored_old = self._old_logprobs(trained, batches) if self.algorithm.updates_per_batch > 1 else None
         sums: dict[str, float] = defaultdict(float)
         self.model.train()
@@ -148,19 +159,23 @@ class Learner:
             for index, mb in enumerate(batches):
                 batch = self._collate([trained[i] for i in mb])
                 self._accumulate(batch, stored_old[index] if stored_old else None, denominator, sums, update == 0)
+            for parameter in self.model.parameters():  # skipped experiences still count as zero gradients
+                if parameter.requires_grad and parameter.grad is None:
+                    parameter.grad = torch.zeros_like(parameter)
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip)
             sums["grad_norm"] += float(grad_norm)
             self.optimizer.step()
         self.scheduler.step()
-        tokens = sums.pop("tokens")
-        metrics = {k: v / tokens for k, v in sums.items() if k not in ("grad_norm", "loss", "kl")}
+        tokens = sums.pop("tokens", 0.0)
+        metrics = {k: v / max(tokens, 1.0) for k, v in sums.items() if k not in ("grad_norm", "loss", "kl")}
         metrics["loss"] = sums["loss"] / self.algorithm.updates_per_batch
         metrics["grad_norm"] = sums["grad_norm"] / self.algorithm.updates_per_batch
         if "kl" in sums:
             metrics["kl"] = sums["kl"]
         metrics["lr"] = self.scheduler.get_last_lr()[0]
-        metrics["trained_tokens"] = tokens
+        metrics["trained_tokens"] = float(all_tokens)
+        metrics["skipped_zero_advantage"] = float(skipped)
         return metrics
 
     def _accumulate(self, batch, old_logprobs, denominator: float, sums: dict[str, float], first_pass: bool) -> None:
