@@ -69,7 +69,7 @@ def evaluate_command(
 ):
     """Held-out success rate of a model on a task's test split, with a 95% confidence interval."""
     from r3l.build import env_factory, eval_params, load_model, make_generator, reflection_prompts
-    from r3l.evaluate import evaluate, evaluate_two_attempts
+    from r3l.evaluate import held_out_evaluation
     from r3l.rollout.chat import PromptFormat
     from r3l.trainer import new_run_dir
 
@@ -79,15 +79,9 @@ def evaluate_command(
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
     tasks = list(make_env().tasks("test"))[: config.eval.size]
-    prompt_format = PromptFormat.from_config(config.env)
-    if config.eval.attempts == 2:
-        record = evaluate_two_attempts(tasks, make_env, generator, tokenizer, eval_params(config), prompt_format,
-                                       reflection_prompts(config))
-        summary = {k: v for k, v in record.items() if k != "samples"}
-    else:
-        result = evaluate(tasks, make_env, generator, tokenizer, eval_params(config), prompt_format)
-        summary = result.summary()
-        record = {**summary, "samples": result.samples}
+    record, summary, _ = held_out_evaluation(tasks, make_env, generator, tokenizer, eval_params(config),
+                                             PromptFormat.from_config(config.env), config.eval.attempts,
+                                             reflection_prompts(config))
     out_dir = out or new_run_dir(config.model_copy(update={"run": config.run.model_copy(
         update={"name": f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
     out_dir.mkdir(parents=True, exist_ok=True)

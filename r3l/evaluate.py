@@ -89,3 +89,18 @@ def r3_table(untrained: dict[str, Any], trained: dict[str, Any]) -> tuple[str, s
     markdown = "| " + " | ".join(header) + " |\n|" + "---|" * 4 + "\n| " + " | ".join(shown) + " |\n"
     csv = ",".join(header) + "\n" + ",".join(f"{c['success']:.4f}" for c in cells) + "\n"
     return markdown, csv
+
+
+def held_out_evaluation(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
+                        params: SamplingParams, prompt_format: PromptFormat, attempts: int,
+                        prompts: ReflectionPrompts) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
+    """(full record with samples, summary, metrics to log) for one or two attempts per task."""
+    if attempts == 2:
+        record = evaluate_two_attempts(tasks, make_env, generator, tokenizer, params, prompt_format, prompts)
+        summary = {k: v for k, v in record.items() if k != "samples"}
+        return record, summary, {"eval/success": record["first_try"]["success"],
+                                 "eval/second_try_success": record["second_try"]["success"]}
+    result = evaluate(tasks, make_env, generator, tokenizer, params, prompt_format)
+    summary = result.summary()
+    return {**summary, "samples": result.samples}, summary, {"eval/success": result.success,
+                                                              "eval/reward": result.mean_reward}

@@ -16,7 +16,7 @@ import torch
 from r3l.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES
 from r3l.build import build_parts, eval_params, reflection_prompts
 from r3l.config import Config, dump_config
-from r3l.evaluate import evaluate, evaluate_two_attempts, r3_table
+from r3l.evaluate import held_out_evaluation, r3_table
 from r3l.errors import UserError
 from r3l.experience import write_jsonl
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
@@ -138,18 +138,9 @@ class Trainer:
         if not self.test_tasks:
             return
         parts, config = self.parts, self.config
-        if config.eval.attempts == 2:
-            record = evaluate_two_attempts(self.test_tasks, parts.make_env, parts.generator, parts.tokenizer,
-                                           eval_params(config), PromptFormat.from_config(config.env),
-                                           reflection_prompts(config))
-            summary = {k: v for k, v in record.items() if k != "samples"}
-            metrics = {"eval/success": record["first_try"]["success"],
-                       "eval/second_try_success": record["second_try"]["success"]}
-        else:
-            result = evaluate(self.test_tasks, parts.make_env, parts.generator, parts.tokenizer, eval_params(config),
-                              PromptFormat.from_config(config.env))
-            record, summary = {**result.summary(), "samples": result.samples}, result.summary()
-            metrics = {"eval/success": result.success, "eval/reward": result.mean_reward}
+        record, summary, metrics = held_out_evaluation(
+            self.test_tasks, parts.make_env, parts.generator, parts.tokenizer, eval_params(config),
+            PromptFormat.from_config(config.env), config.eval.attempts, reflection_prompts(config))
         (self.run_dir / f"eval_{label}.json").write_text(json.dumps({**record, "step": self.step}, indent=1))
         self.history[f"eval_{label}"] = summary
         logger.log(self.step, metrics)

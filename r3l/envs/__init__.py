@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from r3l.envs.base import Env, SingleTurnEnv, StepResult, Task, Verdict
+from r3l.envs.base import Env, SingleTurnEnv, StepResult, Task, Verdict, judge
 from r3l.errors import UserError
 from r3l.registry import Registry
 
@@ -33,4 +33,4 @@ def available() -> list[tuple[str, str]]:
     return [(name, cls.description) for name, cls in ENVS]
 
 
-__all__ = ["Env", "SingleTurnEnv", "StepResult", "Task", "Verdict", "ENVS", "register", "make", "available"]
+__all__ = ["Env", "SingleTurnEnv", "StepResult", "Task", "Verdict", "judge", "ENVS", "register", "make", "available"]

@@ -92,3 +92,10 @@ class SingleTurnEnv(Env):
             done=True,
             info={"success": verdict.success, "feedback": verdict.feedback},
         )
+
+
+def judge(env: Env, task: Task, reply: str) -> Verdict:
+    """Play `reply` as the whole episode of `task` and read the verdict from the final step's info."""
+    env.reset(task)
+    result = env.step(reply)
+    return Verdict(result.reward, bool(result.info.get("success", False)), str(result.info.get("feedback", "")))

@@ -9,12 +9,12 @@ from typing import Sequence
 
 from pydantic import Field
 
-from r3l.envs import Task
+from r3l.envs import Task, judge
 from r3l.experience import Experience
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
 from r3l.failure_set import FailureSet, build_failure_set, stored_completion
 from r3l.reflection.prompts import ReflectionPrompts
-from r3l.reflection.retry import Attempt, Retry, judge, reflect_and_retry, start_conversation
+from r3l.reflection.retry import Attempt, Retry, reflect_and_retry, start_conversation
 
 
 class R3Settings(StrategySettings):
@@ -82,7 +82,7 @@ class R3Strategy(Strategy):
             conversation = start_conversation(task, env, c.tokenizer, c.prompt_format)
             completion = stored_completion(task)
             conversation.add_assistant(completion, trained=False)
-            failures.append(Attempt(task, conversation, completion, judge(c.make_env, task, completion.text)))
+            failures.append(Attempt(task, conversation, completion, judge(env, task, completion.text)))
         seed = None if c.sampling.seed is None else c.sampling.seed + step
         reflect_params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, seed=seed)
         retry_params = replace(c.sampling, seed=None if seed is None else seed + 1)

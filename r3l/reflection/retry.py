@@ -4,11 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from r3l.envs import Env, Task, Verdict
+from r3l.envs import Env, Task, Verdict, judge
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion, Generator, SamplingParams
+from r3l.rollout.single_turn import Episode, run_single_turn
 
 
 @dataclass
@@ -32,31 +33,20 @@ class Retry:
     verdict: Verdict
 
 
-def judge(make_env: Callable[[], Env], task: Task, text: str) -> Verdict:
-    env = make_env()
-    env.reset(task)
-    result = env.step(text)
-    return Verdict(result.reward, bool(result.info.get("success", False)), str(result.info.get("feedback", "")))
-
-
 def start_conversation(task: Task, env: Env, tokenizer, prompt_format: PromptFormat) -> TokenConversation:
     return TokenConversation.start(tokenizer, prompt_format.messages(env.reset(task), env.system_prompt))
 
 
+def as_attempt(episode: Episode, tokenizer) -> Attempt:
+    conversation = TokenConversation.start(tokenizer, episode.messages, episode.prompt_tokens)
+    conversation.add_assistant(episode.completion, trained=False)
+    return Attempt(episode.task, conversation, episode.completion, episode.verdict)
+
+
 def first_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
                    params: SamplingParams, prompt_format: PromptFormat, n: int = 1) -> list[list[Attempt]]:
-    env = make_env()
-    starts = [start_conversation(task, env, tokenizer, prompt_format) for task in tasks]
-    groups = generator.generate([c.tokens for c in starts], params, n=n)
-    attempts = []
-    for task, start, completions in zip(tasks, starts, groups):
-        row = []
-        for completion in completions:
-            conversation = start.copy()
-            conversation.add_assistant(completion, trained=False)
-            row.append(Attempt(task, conversation, completion, judge(make_env, task, completion.text)))
-        attempts.append(row)
-    return attempts
+    groups = run_single_turn(tasks, make_env, generator, tokenizer, params, group_size=n, prompt_format=prompt_format)
+    return [[as_attempt(episode, tokenizer) for episode in group] for group in groups]
 
 
 def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], generator: Generator,
@@ -78,10 +68,11 @@ def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], 
             pending.append((failure, retry, reflection, span))
     seconds = generator.generate([p[1].tokens for p in pending], retry_params, n=1)
     results: list[list[Retry]] = [[] for _ in failures]
+    env = make_env()
     position = {id(f): i for i, f in enumerate(failures)}
     for (failure, conversation, reflection, span), (second,) in zip(pending, seconds):
         second_span = conversation.add_assistant(second, trained=train_second_attempt)
-        verdict = judge(make_env, failure.task, second.text)
+        verdict = judge(env, failure.task, second.text)
         results[position[id(failure)]].append(
             Retry(failure, conversation, reflection, span, second, second_span, verdict))
     return results

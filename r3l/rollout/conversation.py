@@ -26,9 +26,10 @@ class TokenConversation:
     _open_end: str = ""
 
     @classmethod
-    def start(cls, tokenizer, messages: list[dict[str, str]]) -> "TokenConversation":
-        """The prompt (messages + assistant header), ready for the first assistant turn."""
-        tokens = encode_prompt(tokenizer, messages)
+    def start(cls, tokenizer, messages: list[dict[str, str]], tokens: list[int] | None = None) -> "TokenConversation":
+        """The prompt (messages + assistant header), ready for the first assistant turn; pass `tokens` when the
+        prompt is already encoded."""
+        tokens = list(tokens) if tokens is not None else encode_prompt(tokenizer, messages)
         return cls(tokenizer, list(messages), tokens, [0.0] * len(tokens), [0] * len(tokens))
 
     def copy(self) -> "TokenConversation":

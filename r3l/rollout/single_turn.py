@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from r3l.envs import Env, Task
+from r3l.envs import Env, Task, Verdict, judge
 from r3l.rollout.chat import PromptFormat, encode_prompt
 from r3l.rollout.generator import Completion, Generator, SamplingParams
 
@@ -12,11 +12,22 @@ from r3l.rollout.generator import Completion, Generator, SamplingParams
 @dataclass
 class Episode:
     task: Task
+    messages: list[dict[str, str]]
     prompt_tokens: list[int]
     completion: Completion
-    reward: float
-    success: bool
-    feedback: str
+    verdict: Verdict
+
+    @property
+    def reward(self) -> float:
+        return self.verdict.reward
+
+    @property
+    def success(self) -> bool:
+        return self.verdict.success
+
+    @property
+    def feedback(self) -> str:
+        return self.verdict.feedback
 
 
 def run_single_turn(
@@ -30,19 +41,10 @@ def run_single_turn(
 ) -> list[list[Episode]]:
     """One list of `group_size` episodes per task, in task order."""
     env = make_env()
-    prompts, observations = [], []
-    for task in tasks:
-        observation = env.reset(task)
-        observations.append(observation)
-        prompts.append(encode_prompt(tokenizer, prompt_format.messages(observation, env.system_prompt)))
+    conversations = [prompt_format.messages(env.reset(task), env.system_prompt) for task in tasks]
+    prompts = [encode_prompt(tokenizer, messages) for messages in conversations]
     groups = generator.generate(prompts, params, n=group_size)
-    episodes: list[list[Episode]] = []
-    for task, prompt, completions in zip(tasks, prompts, groups):
-        group = []
-        for completion in completions:
-            env.reset(task)
-            result = env.step(completion.text)
-            group.append(Episode(task, prompt, completion, result.reward,
-                                 bool(result.info.get("success", False)), str(result.info.get("feedback", ""))))
-        episodes.append(group)
-    return episodes
+    return [
+        [Episode(task, messages, prompt, completion, judge(env, task, completion.text)) for completion in completions]
+        for task, messages, prompt, completions in zip(tasks, conversations, prompts, groups)
+    ]
