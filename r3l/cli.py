@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from r3l.errors import UserError
+from r3l.errors import RunStopped, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Reinforcement learning for language models that learn from their own failures.")
@@ -176,6 +176,9 @@ def main() -> None:
     except UserError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
+    except RunStopped as error:
+        typer.echo(f"stopped: {error}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted; a training run can continue from its last checkpoint with --resume", err=True)
         sys.exit(130)

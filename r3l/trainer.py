@@ -17,7 +17,7 @@ from r3l.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES
 from r3l.build import agent_limits, build_parts, eval_params, reflection_prompts
 from r3l.config import Config, dump_config
 from r3l.evaluate import held_out_evaluation, r3_table
-from r3l.errors import UserError
+from r3l.errors import RunStopped, UserError
 from r3l.experience import write_jsonl
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
 from r3l.learner.learner import Learner, apply_lora, assign_advantages
@@ -120,6 +120,7 @@ class Trainer:
         self.learner.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.history = state.get("history", {})
+        self.learner.nonfinite_updates = state.get("nonfinite_updates", 0)
         restore_rng(state["rng"])
         self.step = state["step"]
         with merged_state_dict(self.model) as weights:
@@ -128,7 +129,8 @@ class Trainer:
 
     def _trainer_state(self) -> dict[str, Any]:
         return {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
-                "sampler": self.sampler.state_dict(), "history": self.history, "task_builds": self.task_builds}
+                "sampler": self.sampler.state_dict(), "history": self.history, "task_builds": self.task_builds,
+                "nonfinite_updates": self.learner.nonfinite_updates}
 
     def checkpoint(self) -> Path:
         return save_checkpoint(self.run_dir, self.step, self.model, self.parts.tokenizer, self._trainer_state())
@@ -173,16 +175,25 @@ class Trainer:
         with merged_state_dict(self.model) as weights:
             self.parts.generator.sync_weights(weights)
         learn_seconds = time.perf_counter() - learn_started
-        trained_tokens = sum(len(e.tokens) for e in experiences)
         metrics.update({
             "rollout_seconds": rollout_seconds,
             "train_seconds": learn_seconds,
             "step_seconds": time.perf_counter() - started,
             "rollout_tokens_per_s": metrics.get("generated_tokens", 0.0) / max(rollout_seconds, 1e-9),
-            "train_tokens_per_s": trained_tokens / max(learn_seconds, 1e-9),
         })
+        if metrics.get("forward_positions"):  # tokens the learner ran forward and backward (skipped ones are free)
+            metrics["train_tokens_per_s"] = metrics["forward_positions"] / max(learn_seconds, 1e-9)
         self.step += 1
         return metrics
+
+    def _stop_if_diverging(self) -> None:
+        streak, limit = self.learner.nonfinite_streak, self.config.train.max_nonfinite_updates
+        if streak < limit:
+            return
+        checkpoint = latest_checkpoint(self.run_dir)
+        kept = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written yet"
+        raise RunStopped(f"{streak} updates in a row had a NaN/inf loss or gradient norm at step {self.step} "
+                         f"(none was applied); {kept}. Lower train.lr, or try model.autocast_bf16=false")
 
     def run(self) -> dict[str, Any]:
         config = self.config
@@ -198,6 +209,7 @@ class Trainer:
                     metrics = self.train_step()
                     logger.log(self.step, metrics)
                     progress.update(self.step, metrics)
+                    self._stop_if_diverging()
                     if config.eval.every and self.step % config.eval.every == 0 and self.step < config.train.steps:
                         self.evaluate(f"step{self.step}", logger)
                     if interrupt.requested:

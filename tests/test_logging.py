@@ -24,10 +24,27 @@ def test_metrics_logger_writes_jsonl_and_tensorboard(tmp_path):
 
     rows = read_metrics(tmp_path)
     assert rows[0]["reward"] == 0.5 and rows[0]["loss"] is None and rows[0]["n"] == 3
+    assert rows[0]["nonfinite"] == ["loss"] and "nonfinite" not in rows[1]  # null, and said so
     assert rows[1]["eval/success"] == 1.0
     assert all(isinstance(r["time"], float) for r in rows)
     assert "NaN" not in (tmp_path / "metrics.jsonl").read_text()
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_tensorboard_keeps_nonfinite_values(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with MetricsLogger(tmp_path) as logger:
+        logger.log(1, {"grad_norm": float("inf"), "loss": float("nan"), "reward": 0.25})
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert events.Scalars("grad_norm")[0].value == math.inf
+    assert math.isnan(events.Scalars("loss")[0].value) and events.Scalars("reward")[0].value == 0.25
+
+
+def test_progress_line_shows_nonfinite_updates_only_when_there_are_some():
+    assert "non-finite" not in summarize({"reward": 0.5, "nonfinite_updates": 0.0})
+    assert summarize({"reward": 0.5, "nonfinite_updates": 2.0}) == "reward 0.5 | non-finite updates 2"
 
 
 def test_read_metrics_tolerates_truncated_last_line(tmp_path):

@@ -36,11 +36,33 @@ def test_prefix_micro_batches_keep_groups_together():
 
 def test_collate_shared_prefix_layout():
     batch = collate_shared_prefix(batch_of_groups()[:4], pad_id=0)
-    assert batch["prefix_ids"].tolist() == [[1, 9690, 198, 40, 41], [0, 1, 9690, 198, 50]]
+    assert batch["prefix_ids"].tolist() == [[1, 9690, 198, 40, 41], [1, 9690, 198, 50, 0]]
+    assert batch["prefix_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
     assert batch["prefix_index"].tolist() == [0, 0, 1, 1]
     assert batch["input_ids"][0].tolist() == [42, 7, 8, 9, 0]
     assert batch["loss_mask"][0].tolist() == [1, 1, 1, 0]
     assert batch["suffix_positions"][3].tolist() == [4, 5, 6, 7, 8]
+
+
+def test_no_attention_row_is_fully_masked(tiny, monkeypatch):
+    """A query row with every key masked has log-sum-exp -inf, which cuDNN's backward on H100/H200 turns
+    into NaN gradients (the divergence seen on CUDA); prefixes of unequal length must not produce one."""
+    model, tokenizer = tiny
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    empty_rows = []
+
+    def spy(query, key, value, attn_mask=None, **kwargs):
+        if attn_mask is not None:
+            allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > torch.finfo(attn_mask.dtype).min
+            empty_rows.append(int((~allowed.expand(query.shape[0], -1, query.shape[2], key.shape[2])).all(-1).sum()))
+        return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(), temperature=1.0, autocast_bf16=False)
+    experiences = batch_of_groups()
+    assert len({shared_prefix_length(e) for e in experiences}) > 1  # prefixes of unequal length
+    learner._logprobs(model, collate_shared_prefix(experiences, 0))
+    assert empty_rows and sum(empty_rows) == 0
 
 
 def loss_and_grads(model, tokenizer, share):

@@ -3,12 +3,20 @@
 On CPU, PyTorch's flash-attention backward costs ~17 ms a call on short sequences (batch 32, 9 heads,
 25 x 88), about 10x the rest of the attention; the math kernel's backward is matrix products. It keeps
 every score matrix for the backward pass, so it is used only while those fit in a memory budget.
+
+On CUDA the learner turns cuDNN attention off for the process (`avoid_cudnn_attention`). cuDNN's
+backward on H100/H200 (torch 2.11 and later) returns NaN query gradients for a row whose log-sum-exp
+is below -88.7 when an explicit mask is passed and the key length is 64 mod 128 (pytorch/pytorch#196678,
+huggingface/trl#7181); memory-efficient attention computes the same without that fault. It is a
+process setting, not a scoped one, so that it also reaches the forward that gradient checkpointing
+recomputes during backward.
 """
 from __future__ import annotations
 
 import contextlib
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 MATH_ATTENTION_BUDGET = 1 << 30  # bytes of attention scores and probabilities kept for backward
 
@@ -31,6 +39,10 @@ def attention_kernel(model, batch: dict[str, torch.Tensor], device: torch.device
     heads, layers = getattr(config, "num_attention_heads", None), getattr(config, "num_hidden_layers", None)
     if device.type != "cpu" or not heads or not layers or math_attention_bytes(batch, heads, layers) > budget:
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel(SDPBackend.MATH)
+
+
+def avoid_cudnn_attention(device: torch.device) -> None:
+    """Take cuDNN out of PyTorch's SDPA kernel choice when training on CUDA (see the module note)."""
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)

@@ -70,10 +70,15 @@ def prefix_micro_batches(experiences: Sequence[Experience], size: int) -> list[l
 
 
 def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.Tensor]:
-    """Unique prefixes left-padded ([U, P]) plus per-experience suffixes right-padded ([N, S]).
+    """Unique prefixes ([U, P]) plus per-experience suffixes ([N, S]), both right-padded.
 
     The suffix starts at the last shared-prefix-excluded token, so suffix position t scores suffix
     token t+1, exactly as in `collate`; `prefix_index[n]` names experience n's prefix row.
+
+    Prefixes are right-padded so that every query row attends to at least one real key: a left-padded
+    prefix starts with pad rows whose keys are all masked (log-sum-exp -inf), and cuDNN's attention
+    backward on H100/H200 turns such rows into NaN gradients (pytorch/pytorch#196678). A suffix sees
+    its prefix's padding as masked keys in the middle of its context, which attention masks allow.
     """
     prefixes: dict[tuple[int, ...], int] = {}
     prefix_index = []
@@ -85,8 +90,8 @@ def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dic
     prefix_mask = torch.zeros((len(prefixes), prefix_width), dtype=torch.long)
     for row, prefix in enumerate(prefixes):
         if prefix:
-            prefix_ids[row, prefix_width - len(prefix):] = torch.tensor(prefix, dtype=torch.long)
-            prefix_mask[row, prefix_width - len(prefix):] = 1
+            prefix_ids[row, :len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+            prefix_mask[row, :len(prefix)] = 1
     suffixes = [
         Experience(group=e.group, kind=e.kind, tokens=e.tokens[cut:], loss_mask=e.loss_mask[cut:],
                    logprobs=e.logprobs[cut:], reward=e.reward, advantage=e.advantage)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import defaultdict
 from typing import Sequence
 
@@ -13,7 +14,7 @@ from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.learner.batching import (collate, collate_shared_prefix, forward_work, micro_batches, prefix_micro_batches,
                                   shared_prefix_length)
-from r3l.learner.attention import attention_kernel
+from r3l.learner.attention import attention_kernel, avoid_cudnn_attention
 from r3l.learner.schedule import make_scheduler
 from r3l.models.cache import cache_of, with_cache
 
@@ -69,10 +70,13 @@ class Learner:
         self.temperature = temperature if temperature > 0 else 1.0
         self.autocast_bf16 = autocast_bf16
         self.ref_model = ref_model if algorithm.kl_coef > 0 else None
+        self.nonfinite_updates = 0  # updates dropped because a loss or the gradient norm was NaN/inf
+        self.nonfinite_streak = 0  # of them, how many in a row up to now
         self.loss_fn = POLICY_LOSSES.get(algorithm.policy_loss)
         trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay,
                                            fused=self.fused_optimizer)
+        avoid_cudnn_attention(self.device)
         self.scheduler = make_scheduler(self.optimizer, total_steps or train.steps, train.warmup_ratio, train.schedule)
 
     @property
@@ -111,8 +115,9 @@ class Learner:
     def _suffix_hidden(decoder, batch) -> torch.Tensor:
         """Run each shared prefix once, fan its keys/values out to its experiences, then run the suffixes.
         Gradients reach the prefix through the cache, summed over the experiences that share it."""
+        positions = torch.arange(batch["prefix_ids"].shape[1], device=batch["prefix_ids"].device)
         prefix = decoder(input_ids=batch["prefix_ids"], attention_mask=batch["prefix_mask"],
-                         position_ids=(batch["prefix_mask"].cumsum(-1) - 1).clamp(min=0), use_cache=True)
+                         position_ids=positions[None].expand_as(batch["prefix_ids"]), use_cache=True)
         cache = cache_of(prefix)
         cache.batch_select_indices(batch["prefix_index"])
         attention = torch.cat([batch["prefix_mask"][batch["prefix_index"]], batch["attention_mask"]], dim=1)
@@ -188,31 +193,40 @@ class Learner:
                       if self.algorithm.updates_per_batch > 1 else None)
         sums: dict[str, float] = defaultdict(float)
         self.model.train()
+        finite = True
         for update in range(self.algorithm.updates_per_batch):
             self.optimizer.zero_grad(set_to_none=True)
             for name, members, batches, loss_fn, loss_args, denominator in plan:
                 for index, mb in enumerate(batches):
                     batch = self._collate([members[i] for i in mb])
                     old = stored_old[name][index] if stored_old else None
-                    self._accumulate(batch, old, denominator, sums, update == 0, loss_fn, loss_args,
-                                     prefix="" if name == "policy" else f"{name}_")
+                    finite &= self._accumulate(batch, old, denominator, sums, update == 0, loss_fn, loss_args,
+                                               prefix="" if name == "policy" else f"{name}_")
             for parameter in self.model.parameters():  # skipped experiences still count as zero gradients
                 if parameter.requires_grad and parameter.grad is None:
                     parameter.grad = torch.zeros_like(parameter)
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip)
-            sums["grad_norm"] += float(grad_norm)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip))
+            sums["grad_norm"] += grad_norm
+            finite &= math.isfinite(grad_norm)
+            if not finite:  # never applied: the gradients are dropped, nothing steps
+                self.optimizer.zero_grad(set_to_none=True)
+                break
             self.optimizer.step()
-        self.scheduler.step()
-        metrics = {}
+        self.nonfinite_streak = 0 if finite else self.nonfinite_streak + 1
+        self.nonfinite_updates += not finite
+        if finite:
+            self.scheduler.step()
+        metrics = {"nonfinite_update": float(not finite), "nonfinite_updates": float(self.nonfinite_updates)}
         for prefix in {"" if name == "policy" else f"{name}_" for name, *_ in plan}:
             tokens = sums.pop(f"{prefix}tokens", 0.0)
             for key in [k for k in sums if k.startswith(f"{prefix}token:")]:
                 metrics[prefix + key.split(":", 1)[1]] = sums.pop(key) / max(tokens, 1.0)
         for key in [k for k in sums if k.startswith("work:")]:
             metrics["forward_" + key.split(":", 1)[1]] = sums.pop(key)
-        metrics["loss"] = sums["loss"] / self.algorithm.updates_per_batch
-        metrics["grad_norm"] = sums["grad_norm"] / self.algorithm.updates_per_batch
+        passes = self.algorithm.updates_per_batch if finite else update + 1
+        metrics["loss"] = sums["loss"] / passes
+        metrics["grad_norm"] = sums["grad_norm"] / passes
         if "kl" in sums:
             metrics["kl"] = sums["kl"]
         metrics["lr"] = self.scheduler.get_last_lr()[0]
@@ -223,9 +237,10 @@ class Learner:
         return metrics
 
     def _accumulate(self, batch, old_logprobs, denominator: float, sums: dict[str, float], first_pass: bool,
-                    loss_fn, loss_args: dict, prefix: str = "") -> None:
+                    loss_fn, loss_args: dict, prefix: str = "") -> bool:
         """Add one micro-batch's gradient; `sums` collects the loss, KL and token-weighted metrics
-        (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end)."""
+        (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False (and no backward
+        pass) when the loss is not finite."""
         mask = batch["loss_mask"]
         logprobs, logits = self._logprobs(self.model, batch)
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
@@ -238,12 +253,14 @@ class Learner:
                            self.algorithm.aggregation, denominator)
             loss = loss + self.algorithm.kl_coef * kl
             sums["kl"] += kl.item() / self.algorithm.updates_per_batch
-        loss.backward()
         sums["loss"] += loss.item()
+        finite = math.isfinite(sums["loss"])
+        if finite:
+            loss.backward()
         for key, value in forward_work(batch).items():
             sums[f"work:{key}"] += value
         if not first_pass:
-            return
+            return finite
         count = float(mask.sum())
         sums[f"{prefix}tokens"] += count
         with torch.no_grad():
@@ -253,3 +270,4 @@ class Learner:
             sums[f"{prefix}token:generator_logprob_gap"] += float((gap * mask).sum())
             for key, value in loss_metrics.items():
                 sums[f"{prefix}token:{key}"] += value * count
+        return finite

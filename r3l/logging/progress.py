@@ -27,7 +27,9 @@ _SHOWN: list[tuple[str, tuple[str, ...], str]] = [
     ("retry success", ("retry_success",), "retry_success"),
     ("eval success", ("eval/success",), "eval/success"),
     ("tok/s", ("tokens_per_s", "rollout/tokens_per_s", "train/tokens_per_s"), "tokens_per_s"),
+    ("non-finite updates", ("nonfinite_updates",), "nonfinite_updates"),
 ]
+_SHOWN_WHEN_NONZERO = {"non-finite updates"}
 
 
 def _pick(metrics: dict[str, Any], exact: tuple[str, ...], contains: str, skip_eval: bool) -> Any:
@@ -64,7 +66,7 @@ def summarize(metrics: dict[str, Any]) -> str:
     parts = []
     for label, exact, contains in _SHOWN:
         value = _pick(metrics, exact, contains, skip_eval=label != "eval success")
-        if value is not None:
+        if value is not None and not (label in _SHOWN_WHEN_NONZERO and value == 0):
             parts.append(f"{label} {_fmt(value)}")
     return " | ".join(parts)
 

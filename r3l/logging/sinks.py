@@ -26,6 +26,18 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
+def _number(value: Any) -> float | int | None:
+    """A plain int/float (NaN and inf kept) from a Python, numpy or 0-d tensor number; None for anything else."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
 def _prefixed(metrics: dict[str, Any], prefix: str | None) -> dict[str, Any]:
     if not prefix:
         return dict(metrics)
@@ -42,8 +54,12 @@ class JsonlSink:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
+        """Non-finite values are written as null and their keys listed under "nonfinite" (never dropped)."""
         row = {"step": int(step), "time": time.time()}
         row.update({k: _finite_or_none(v) for k, v in metrics.items()})
+        nonfinite = sorted(k for k, v in metrics.items() if _finite_or_none(v) is None and v is not None)
+        if nonfinite:
+            row["nonfinite"] = nonfinite
         self._file.write(json.dumps(row, allow_nan=False, default=str) + "\n")
         self._file.flush()
 
@@ -67,9 +83,10 @@ class TensorBoardSink:
         self._writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
+        """Numbers only (text values have no scalar form); NaN and inf are written as they are."""
         for key, value in metrics.items():
-            value = _finite_or_none(value)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            value = _number(value)
+            if value is None:
                 continue
             self._writer.add_scalar(key, value, global_step=int(step))
         self._writer.flush()
@@ -91,7 +108,7 @@ class WandbSink:
         self._run = wandb.init(**kwargs)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        self._run.log({k: _finite_or_none(v) for k, v in metrics.items()}, step=int(step))
+        self._run.log({k: _number(v) if _number(v) is not None else v for k, v in metrics.items()}, step=int(step))
 
     def close(self) -> None:
         self._run.finish()

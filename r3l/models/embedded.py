@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -50,10 +52,18 @@ def convert_gguf(target: Path) -> None:
     config.name_or_path = ALIAS
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantized.state_dict(), strict=True)
-    partial = target.with_name(target.name + ".partial")
-    plain.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    partial.rename(target)
+    # a private folder renamed into place: runs started together each convert, the first rename wins
+    partial = Path(tempfile.mkdtemp(prefix=target.name + ".partial-", dir=target.parent))
+    try:
+        plain.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        try:
+            partial.rename(target)
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def ensure_converted() -> Path:

@@ -1,0 +1,93 @@
+"""CUDA checks (skipped without a GPU): the learner's bf16 forward/backward stays finite and the shared-prefix
+path equals the plain one. `bash scripts/gpu_check.sh` runs them with the default job on CUDA."""
+import copy
+import math
+import random
+
+import pytest
+import torch
+
+from r3l.config import AlgorithmConfig, TrainConfig
+from r3l.experience import Experience
+from r3l.learner.batching import collate, collate_shared_prefix
+from r3l.learner.learner import Learner
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def unequal_prefix_batch(vocab: int, seed: int = 0) -> list[Experience]:
+    """Two groups whose prompts differ in length (64 and 50 tokens, so the longer one fills the cuDNN tile
+    that misbehaves: 64 mod 128), with replies of a few lengths."""
+    rng = random.Random(seed)
+    experiences = []
+    for group, prompt_length in (("long", 64), ("short", 50)):
+        prompt = [rng.randrange(vocab) for _ in range(prompt_length)]
+        for reply_length, reward in ((14, 1.0), (9, 0.0), (78, 1.0), (3, 0.0)):
+            tokens = prompt + [rng.randrange(vocab) for _ in range(reply_length)]
+            experiences.append(Experience(group=group, kind="base", tokens=tokens,
+                                          loss_mask=[0] * prompt_length + [1] * reply_length,
+                                          logprobs=[0.0] * len(tokens), reward=reward, advantage=reward - 0.5))
+    return experiences
+
+
+def logprobs_and_grads(model, tokenizer, share: bool):
+    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0,
+                      autocast_bf16=True)
+    experiences = unequal_prefix_batch(model.config.vocab_size)
+    batch = collate_shared_prefix(experiences, 0) if share else collate(experiences, 0)
+    batch = {name: tensor.cuda() for name, tensor in batch.items()}
+    model.zero_grad()
+    logprobs, _ = learner._logprobs(model, batch)
+    values = logprobs[batch["loss_mask"] > 0]
+    (values * torch.linspace(-1, 1, len(values), device=values.device)).sum().backward()
+    grads = {name: p.grad.float().clone() for name, p in model.named_parameters() if p.grad is not None}
+    return values.detach().float(), grads
+
+
+@pytest.fixture(scope="module")
+def cuda_tiny(tiny):
+    model, tokenizer = tiny
+    return copy.deepcopy(model).cuda(), tokenizer
+
+
+def test_shared_prefix_equals_plain_in_bf16_on_cuda(cuda_tiny):
+    model, tokenizer = cuda_tiny
+    plain_values, plain_grads = logprobs_and_grads(model, tokenizer, share=False)
+    shared_values, shared_grads = logprobs_and_grads(model, tokenizer, share=True)
+    assert torch.isfinite(plain_values).all() and torch.isfinite(shared_values).all()
+    assert (plain_values - shared_values).abs().mean() < 2e-2
+    for name, plain in plain_grads.items():
+        shared = shared_grads[name]
+        assert torch.isfinite(shared).all(), name
+        assert (shared - plain).norm() <= 0.05 * plain.norm() + 1e-6, name
+
+
+def test_learner_update_is_finite_on_cuda(cuda_tiny):
+    model, tokenizer = cuda_tiny
+    policy = copy.deepcopy(model)
+    learner = Learner(policy, tokenizer, AlgorithmConfig(), TrainConfig(lr=1e-3), temperature=1.0)
+    for _ in range(3):
+        metrics = learner.update(unequal_prefix_batch(policy.config.vocab_size))
+        assert metrics["nonfinite_update"] == 0.0 and math.isfinite(metrics["grad_norm"])
+    assert all(torch.isfinite(p).all() for p in policy.parameters())
+
+
+def test_learner_attention_backward_is_finite_where_cudnn_fails():
+    """pytorch/pytorch#196678: every logit ~ -120 and key length 64 mod 128 gave NaN query gradients with
+    cuDNN on H100/H200; the learner takes cuDNN out of the kernel choice."""
+    from r3l.learner.attention import avoid_cudnn_attention
+
+    avoid_cudnn_attention(torch.device("cuda"))
+    torch.manual_seed(0)
+    length, dim = 704, 64
+    query = torch.randn(1, 1, length, dim, device="cuda", dtype=torch.bfloat16) * 0.1
+    key = torch.randn(1, 1, length, dim, device="cuda", dtype=torch.bfloat16) * 0.1
+    value = torch.randn(1, 1, length, dim, device="cuda", dtype=torch.bfloat16)
+    query[..., 0], key[..., 0] = 1.0, -120 * math.sqrt(dim)
+    for tensor in (query, key, value):
+        tensor.requires_grad_()
+    mask = torch.ones(length, length, dtype=torch.bool, device="cuda").tril()[None, None]
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    out.backward(torch.randn_like(out))
+    assert torch.isfinite(query.grad).all() and torch.isfinite(key.grad).all()
