@@ -142,12 +142,17 @@ def bench(
 
 
 @app.command()
-def envs():
-    """List the environments with a one-line description each."""
-    from r3l.envs import available
+def envs(name: Optional[str] = typer.Argument(None, help="Show this environment's settings (env.args).")):
+    """List the environments with a one-line description each, or one environment's settings."""
+    from r3l.envs import available, env_class
+    from r3l.envs.arguments import describe
 
+    if name is not None:
+        typer.echo(describe(name, env_class(name)))
+        return
     for name, description in available():
         typer.echo(f"{name:<20} {description}")
+    typer.echo("\nsettings of one: r3l envs NAME")
 
 
 @app.command()
@@ -163,10 +168,16 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory written by 
 
 @app.command()
 def config(args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP)):
-    """Print the fully resolved configuration (every key with its value)."""
+    """Print the fully resolved configuration (every key with its value; env.args with the environment's
+    defaults filled in, a required one as null)."""
     from r3l.config import dump_config
+    from r3l.envs import env_class
+    from r3l.envs.arguments import default_arguments
 
-    typer.echo(dump_config(load(args)), nl=False)
+    resolved = load(args)
+    env = resolved.env.model_copy(update={"args": {**default_arguments(env_class(resolved.env.name)),
+                                                   **resolved.env.args}})
+    typer.echo(dump_config(resolved.model_copy(update={"env": env})), nl=False)
 
 
 def main() -> None:

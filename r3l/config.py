@@ -117,6 +117,8 @@ class TrainConfig(Section):
     skip_zero_advantage: bool = Field(True, description="skip experiences whose gradient is exactly zero "
                                       "(advantage 0 with an advantage-weighted loss and no KL)")
     checkpoint_every: int = Field(10, ge=0, description="steps between checkpoints; 0 = only at the end")
+    keep_checkpoints: int = Field(1, gt=0, description="newest checkpoints kept; only the newest keeps the "
+                                  "optimizer state (resume), older ones keep their weights (eval)")
     max_nonfinite_updates: int = Field(3, gt=0, description="stop the run after this many updates in a row whose "
                                        "loss or gradient norm was NaN/inf (each is dropped, never applied)")
 

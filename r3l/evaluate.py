@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -35,8 +37,19 @@ class EvalResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
+        top, share = most_common_completion([s["completion"] for s in self.samples])
         return {"success": self.success, "ci95": [self.ci_low, self.ci_high], "successes": self.successes,
-                "total": self.total, "mean_reward": self.mean_reward}
+                "total": self.total, "mean_reward": self.mean_reward, "most_common_completion": top,
+                "most_common_completion_share": share}
+
+
+def most_common_completion(completions: Sequence[str]) -> tuple[str | None, float]:
+    """The most frequent completion (whitespace-trimmed) and its share: near 1 means the policy has collapsed
+    onto one answer whatever the task."""
+    if not completions:
+        return None, 0.0
+    top, count = Counter(c.strip() for c in completions).most_common(1)[0]
+    return top, count / len(completions)
 
 
 def evaluate(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
@@ -102,6 +115,14 @@ def held_out_evaluation(tasks: Sequence[Task], make_env: Callable[[], Env], gene
                         prompts: ReflectionPrompts, limits: AgentLimits = AgentLimits()
                         ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
     """(full record with samples, summary, metrics to log) for one or two attempts per task."""
+    started = time.perf_counter()
+    record, summary, metrics = _held_out(tasks, make_env, generator, tokenizer, params, prompt_format, attempts,
+                                         prompts, limits)
+    seconds = time.perf_counter() - started
+    return {**record, "seconds": seconds}, {**summary, "seconds": seconds}, {**metrics, "eval/seconds": seconds}
+
+
+def _held_out(tasks, make_env, generator, tokenizer, params, prompt_format, attempts, prompts, limits):
     if attempts == 2:
         from r3l.build import require_single_turn
 

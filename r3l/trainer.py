@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import shutil
 import signal
 import time
 from datetime import datetime
@@ -80,6 +81,14 @@ class Trainer:
         check_algorithm_names(config)
         self.config = config
         self.run_dir = run_dir if run_dir is not None else new_run_dir(config)
+        try:
+            self._build(config, resume)
+        except BaseException:
+            if run_dir is None:  # a run that never started leaves no directory behind
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
+
+    def _build(self, config: Config, resume: bool) -> None:
         (self.run_dir / "config.yaml").write_text(dump_config(config))
         seed_everything(config.run.seed)
         self.parts = build_parts(config)
@@ -133,7 +142,8 @@ class Trainer:
                 "nonfinite_updates": self.learner.nonfinite_updates}
 
     def checkpoint(self) -> Path:
-        return save_checkpoint(self.run_dir, self.step, self.model, self.parts.tokenizer, self._trainer_state())
+        return save_checkpoint(self.run_dir, self.step, self.model, self.parts.tokenizer, self._trainer_state(),
+                               keep=self.config.train.keep_checkpoints)
 
     def evaluate(self, label: str, logger: MetricsLogger) -> None:
         """Held-out evaluation into eval_LABEL.json and the metrics (two attempts when eval.attempts=2)."""

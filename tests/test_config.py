@@ -65,9 +65,10 @@ def test_missing_file_and_bad_yaml(tmp_path):
     (["train", "--resume", "/nonexistent/run"], "not a run directory"),
     (["report", "/nonexistent/run"], "not a directory"),
 ])
-def test_cli_errors_exit_2_with_one_line(args, message):
-    result = run_cli(*args, timeout=300)
+def test_cli_errors_exit_2_with_one_line(args, message, tmp_path):
+    result = run_cli(*args, timeout=300, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no half-made run
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("error: ") and message in lines[-1]

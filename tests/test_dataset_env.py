@@ -118,14 +118,17 @@ def test_malformed_line_names_file_and_line(tmp_path):
     with pytest.raises(UserError) as error:
         DatasetEnv(path=str(path))
     message = str(error.value)
-    assert message.startswith(f"{path} line 4: invalid JSON: ") and "\n" not in message
+    assert message.startswith(f"{path} line 4, character 17: invalid JSON: ") and "\n" not in message
 
 
 def test_missing_column_names_line_and_setting(tmp_path):
     path = write_jsonl(tmp_path / "data.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"},
                                                  {"prompt": "c", "solution": "3"}])
-    with pytest.raises(UserError, match=rf"^{path} line 3: no column 'answer'; set env.args.answer_column$"):
+    with pytest.raises(UserError, match=rf"^{path} line 3: no column 'answer'; add it to this row \(other rows have it\)$"):
         DatasetEnv(path=str(path))
+    elsewhere = write_jsonl(tmp_path / "other.jsonl", [{"prompt": "a", "solution": "1"}])
+    with pytest.raises(UserError, match=r"line 1: no column 'answer'; set env.args.answer_column$"):
+        DatasetEnv(path=str(elsewhere))
     with pytest.raises(UserError, match="line 1: no column 'question'; set env.args.prompt_column"):
         DatasetEnv(path=str(path), prompt_column="question")
 
@@ -186,6 +189,19 @@ def test_bad_test_fraction_and_split(qa_file):
         DatasetEnv(path=str(qa_file)).tasks("validation")
 
 
-def test_make_requires_path():
-    with pytest.raises(UserError, match="bad settings for environment 'dataset'"):
-        r3l.envs.make("dataset")
+def test_settings_are_listed_checked_and_the_split_is_said(tmp_path, capsys):
+    from r3l.envs import make
+    from tests.conftest import run_cli
+
+    with pytest.raises(UserError, match=r"environment 'dataset' needs env.args.path \(a .jsonl"):
+        make("dataset")
+    with pytest.raises(UserError, match="environment 'dataset' has no setting env.args.pth; its settings: "):
+        make("dataset", pth="x")
+    listed = run_cli("envs", "dataset")
+    assert listed.returncode == 0 and "path" in listed.stdout and "test_fraction" in listed.stdout
+    shown = run_cli("config", "env=dataset")
+    assert "    test_fraction: 0.1" in shown.stdout and "    path: null" in shown.stdout
+    path = write_jsonl(tmp_path / "four.jsonl", [{"prompt": str(i), "answer": str(i)} for i in range(4)])
+    env = DatasetEnv(path=str(path))
+    assert len(env.tasks("train")) == 3 and len(env.tasks("test")) == 1
+    assert "3 training rows, 1 held out for evaluation" in capsys.readouterr().err

@@ -72,3 +72,11 @@ def test_wilson_interval_hand_values():
     low, high = wilson_interval(0, 20)
     assert low == 0.0 and high == pytest.approx(0.1611, abs=1e-4)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_most_common_completion_share():
+    from r3l.evaluate import most_common_completion
+
+    assert most_common_completion(["<answer>2</answer>", " <answer>2</answer>\n", "<answer>5</answer>", "x"]) == (
+        "<answer>2</answer>", 0.5)
+    assert most_common_completion([]) == (None, 0.0)

@@ -99,11 +99,33 @@ def test_render_report_writes_panels(tmp_path):
     names = sorted(p.name for p in paths)
     assert names == sorted([
         "reward.png", "success.png", "loss.png", "kl.png", "entropy.png", "tokens_per_s.png",
-        "grad_norm.png", "lr.png", "response_length.png", "overview.png", "bench.png",
+        "grad_norm.png", "lr.png", "response_length.png", "overview.png", "bench.png", "held_out.png",
     ])
     for p in paths:
         assert p.parent == tmp_path / "plots"
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_panels_label_axes_keep_held_out_points_apart_and_skip_flat_zero(tmp_path):
+    from matplotlib.figure import Figure
+
+    from r3l.logging.plots import PANELS, _draw, _series
+
+    rows = [{"step": s, "success": s / 10, "approx_kl": 0.0, "train_tokens_per_s": 20000.0 if s == 4 else 900.0 + s}
+            for s in range(1, 11)]
+    rows += [{"step": 0, "eval/success": 0.2}, {"step": 10, "eval/success": 0.4}]
+    series = _series(rows)
+    panels = {panel.name: panel for panel in PANELS}
+    assert not panels["success"].matches("eval/success") and panels["held_out"].matches("eval/success")
+    ax = Figure().add_subplot()
+    _draw(ax, series, ["eval/success"], panels["held_out"])
+    assert ax.get_ylabel() == "held-out value" and ax.get_lines()[0].get_linestyle() == "None"
+    ax = Figure().add_subplot()
+    _draw(ax, series, ["train_tokens_per_s"], panels["tokens_per_s"])
+    assert ax.get_ylim()[1] < 5000  # the one spike does not flatten the other nine steps
+    _write_rows(tmp_path, rows)
+    names = {p.name for p in render_report(tmp_path)}
+    assert "kl.png" not in names and {"success.png", "held_out.png", "tokens_per_s.png"} <= names
 
 
 def test_render_report_skips_absent_panels(tmp_path):

@@ -64,7 +64,7 @@ def test_run_stops_after_the_limit_and_keeps_the_last_good_checkpoint(tmp_path):
                                 "sampling.max_new_tokens=8", "train.tasks_per_step=2", "train.micro_batch_size=4",
                                 "eval.size=0", "logging.progress=false", "logging.tensorboard=false",
                                 "generator.dtype=float32", "train.steps=8", "train.checkpoint_every=1",
-                                "train.max_nonfinite_updates=2", "train.skip_zero_advantage=false",
+                                "train.max_nonfinite_updates=2", "train.keep_checkpoints=2", "train.skip_zero_advantage=false",
                                 f"run.dir={tmp_path}", "run.name=nan"])
     trainer = Trainer(config)
     learner, update = trainer.learner, trainer.learner.update

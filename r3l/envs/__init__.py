@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from r3l.envs.arguments import check_arguments
 from r3l.envs.base import Env, SingleTurnEnv, StepResult, Task, Verdict, judge
 from r3l.errors import UserError
 from r3l.registry import Registry
@@ -23,6 +24,7 @@ def _load_all() -> None:
 def make(name: str, **kwargs: Any) -> Env:
     _load_all()
     cls = ENVS.get(name)
+    check_arguments(name, cls, kwargs)
     try:
         return cls(**kwargs)
     except TypeError as error:

@@ -16,6 +16,7 @@ from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.verifiers import VERIFIERS, Verifier
 from r3l.errors import UserError
+from r3l.logging.progress import console
 
 FILE_TYPES = (".jsonl", ".json", ".parquet")
 RewardFn = Callable[..., Sequence[float]]
@@ -33,6 +34,17 @@ class Row:
 class DatasetEnv(SingleTurnEnv):
     name = "dataset"
     description = "Your own data: prompts and answers from a .jsonl/.json/.parquet file or a Hugging Face dataset."
+    argument_help = {
+        "path": "a .jsonl/.json/.parquet file, a dataset folder, or a Hugging Face dataset name",
+        "prompt_column": "the column holding each prompt (a string)",
+        "answer_column": "the column holding each reference answer (needed unless reward_fn is set)",
+        "verifier": "how an answer is graded: " + ", ".join(VERIFIERS.names()) + " (default math)",
+        "reward_fn": "instead of a verifier: 'package.module:function' or 'file.py:function' with TRL's signature",
+        "success_threshold": "with reward_fn: the reward that counts as a success",
+        "test_fraction": "share of the rows held out for evaluation when the data has no test split",
+        "seed": "the seed of that split",
+        "reveal_answer_in_feedback": "say the reference answer in the feedback after a wrong answer",
+    }
 
     def __init__(self, *, path: str, prompt_column: str = "prompt", answer_column: str = "answer",
                  verifier: str | None = None, reward_fn: str | None = None, success_threshold: float = 1.0,
@@ -128,7 +140,7 @@ def read_jsonl(file: Path, label: str) -> list[Row]:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as error:
-                raise UserError(f"{where}: invalid JSON: {error.msg} (column {error.colno})") from None
+                raise UserError(f"{where}, character {error.colno}: invalid JSON: {error.msg}") from None
             rows.append(Row(where, _as_object(value, where)))
     return rows
 
@@ -137,7 +149,7 @@ def read_json(file: Path, label: str) -> list[Row]:
     try:
         value = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
-        raise UserError(f"{label} line {error.lineno}: invalid JSON: {error.msg} (column {error.colno})") from None
+        raise UserError(f"{label} line {error.lineno}, character {error.colno}: invalid JSON: {error.msg}") from None
     if not isinstance(value, list):
         raise UserError(f"{label}: expected a JSON list of objects; for one object per line use .jsonl")
     return [Row(f"{label} item {index}", _as_object(item, f"{label} item {index}"))
@@ -181,10 +193,12 @@ def check_rows(rows: list[Row], needed: list[str], prompt_column: str) -> None:
     for row in rows:
         for column in needed:
             setting = "env.args.prompt_column" if column == prompt_column else "env.args.answer_column"
+            others_have_it = any(column in other.columns for other in rows)
             if column not in row.columns:
-                raise UserError(f"{row.where}: no column '{column}'; set {setting}")
+                fix = "add it to this row (other rows have it)" if others_have_it else f"set {setting}"
+                raise UserError(f"{row.where}: no column '{column}'; {fix}")
             if row.columns[column] is None:
-                raise UserError(f"{row.where}: column '{column}' is empty; fill it or set {setting}")
+                raise UserError(f"{row.where}: column '{column}' is empty; fill it or remove the row")
         if not isinstance(row.columns[prompt_column], str):
             raise UserError(f"{row.where}: column '{prompt_column}' must be a string, "
                             f"got {type(row.columns[prompt_column]).__name__}")
@@ -197,6 +211,8 @@ def split_rows(splits: dict[str, list[Row]], test_fraction: float, seed: int) ->
     rows = list(splits["train"])
     random.Random(seed).shuffle(rows)
     test_count = math.ceil(len(rows) * test_fraction) if len(rows) > 1 else 0
+    console.print(f"dataset: {len(rows) - test_count} training rows, {test_count} held out for evaluation "
+                  f"(env.args.test_fraction={test_fraction:g}; 0 trains on every row)")
     return rows[test_count:], rows[:test_count]
 
 

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from r3l.errors import UserError
+
 
 def checkpoint_root(run_dir: Path) -> Path:
     return run_dir / "checkpoints"
@@ -35,8 +37,12 @@ def is_lora(model) -> bool:
     return hasattr(model, "peft_config")
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict[str, Any], keep: int = 2) -> Path:
-    """Write checkpoints/step_N atomically, point `latest` at it and keep the newest `keep` checkpoints."""
+OPTIMIZER_FILE = "optimizer.pt"  # the largest part (two moments per weight); only the newest checkpoint keeps it
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict[str, Any], keep: int = 1) -> Path:
+    """Write checkpoints/step_N atomically, point `latest` at it and keep the newest `keep` checkpoints;
+    older ones keep their weights (for `r3l eval`) but lose the optimizer state only resume needs."""
     root = checkpoint_root(run_dir)
     final = root / f"step_{step:06d}"
     partial = root / f".step_{step:06d}.partial"
@@ -48,7 +54,9 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     else:
         model.save_pretrained(partial / "model")
     tokenizer.save_pretrained(partial / "model")
-    torch.save({**trainer_state, "step": step, "rng": rng_state()}, partial / "state.pt")
+    state = dict(trainer_state)
+    torch.save(state.pop("optimizer"), partial / OPTIMIZER_FILE)
+    torch.save({**state, "step": step, "rng": rng_state()}, partial / "state.pt")
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
     link = root / "latest"
@@ -57,10 +65,19 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
         temporary.unlink()
     temporary.symlink_to(final.name)
     os.replace(temporary, link)
-    for old in sorted(root.glob("step_*"))[:-keep]:
+    kept = sorted(root.glob("step_*"))
+    for old in kept[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+    for older in kept[-keep:-1]:
+        (older / OPTIMIZER_FILE).unlink(missing_ok=True)
     return final
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    return torch.load(checkpoint / "state.pt", weights_only=False)
+    """The trainer state of a checkpoint written by `save_checkpoint`, optimizer state included."""
+    optimizer = checkpoint / OPTIMIZER_FILE
+    if not optimizer.exists():
+        raise UserError(f"{checkpoint} has no {OPTIMIZER_FILE} (only the newest checkpoint keeps it); "
+                        "resume from the run's latest checkpoint")
+    return {**torch.load(checkpoint / "state.pt", weights_only=False),
+            "optimizer": torch.load(optimizer, weights_only=False)}

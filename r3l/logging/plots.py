@@ -21,30 +21,41 @@ def _tokens(key: str) -> list[str]:
     return [t for t in re.split(r"[/_.\-\s]+", key.lower()) if t]
 
 
+def _held_out(key: str) -> bool:
+    return key.startswith("eval/")
+
+
 @dataclass(frozen=True)
 class Panel:
     name: str  # file stem
     title: str
+    ylabel: str
     matches: Callable[[str], bool]
+    robust_scale: bool = False  # y-range from the bulk of the values, so rare spikes do not flatten the rest
+    hide_zero: bool = False  # leave out metrics that are 0 at every step (KL with KL off, on-policy approx_kl)
 
 
 PANELS: list[Panel] = [
-    Panel("reward", "reward", lambda k: "reward" in k.lower()),
-    Panel("success", "success", lambda k: "success" in k.lower()),
-    Panel("loss", "loss", lambda k: "loss" in k.lower()),
-    Panel("kl", "KL", lambda k: any(re.fullmatch(r"kl\d*", t) for t in _tokens(k))),
-    Panel("entropy", "entropy", lambda k: "entropy" in k.lower()),
-    Panel("tokens_per_s", "tokens/s",
-          lambda k: any(s in k.lower() for s in ("tokens_per_s", "tokens/s", "tok_per_s"))),
-    Panel("grad_norm", "grad norm",
+    Panel("reward", "training reward (sampled)", "mean reward",
+          lambda k: "reward" in k.lower() and not _held_out(k)),
+    Panel("success", "training success (sampled)", "success rate",
+          lambda k: "success" in k.lower() and not _held_out(k)),
+    Panel("held_out", "held-out evaluation", "held-out value", _held_out),
+    Panel("loss", "loss", "loss", lambda k: "loss" in k.lower()),
+    Panel("kl", "KL", "KL", lambda k: any(re.fullmatch(r"kl\d*", t) for t in _tokens(k)), hide_zero=True),
+    Panel("entropy", "entropy", "nats per token", lambda k: "entropy" in k.lower()),
+    Panel("tokens_per_s", "tokens/s", "tokens per second",
+          lambda k: any(s in k.lower() for s in ("tokens_per_s", "tokens/s", "tok_per_s")), robust_scale=True),
+    Panel("grad_norm", "grad norm", "gradient norm (before clipping)",
           lambda k: any(s in k.lower() for s in ("grad_norm", "gradnorm", "grad/norm"))),
-    Panel("lr", "learning rate", lambda k: "lr" in _tokens(k) or "learning_rate" in k.lower()),
-    Panel("response_length", "response length",
+    Panel("lr", "learning rate", "learning rate", lambda k: "lr" in _tokens(k) or "learning_rate" in k.lower()),
+    Panel("response_length", "response length", "tokens",
           lambda k: bool({"length", "len"} & set(_tokens(k))) or "response_len" in k.lower()),
-    Panel("reflection", "R3L: reports, retries, pivots",
+    Panel("reflection", "R3L: reports, retries, pivots", "rate / mean",
           lambda k: k in ("invalid_report_rate", "retry_improvement_rate", "pivot_relative_mean",
                           "pivot_zero_fraction", "retry_slots_unused")),
-    Panel("termination", "how episodes ended", lambda k: k.startswith("termination/")),
+    Panel("termination", "how episodes ended", "share of episodes", lambda k: k.startswith("termination/")),
+    Panel("nonfinite", "non-finite updates (dropped)", "count", lambda k: k == "nonfinite_updates"),
 ]
 
 Series = dict[str, tuple[list[float], list[float]]]  # key -> (steps, values)
@@ -76,14 +87,38 @@ def _series(rows: list[dict]) -> Series:
     return {k: v for k, v in out.items() if any(math.isfinite(x) for x in v[1])}
 
 
-def _draw(ax: Any, series: Series, keys: list[str], title: str, legend_size: str = "small") -> None:
+def _draw(ax: Any, series: Series, keys: list[str], panel: Panel, legend_size: str = "small") -> None:
     for key in keys:
         steps, values = series[key]
-        ax.plot(steps, values, label=key, marker="o" if len(steps) <= 20 else None, markersize=3)
-    ax.set_title(title)
+        if _held_out(key):  # a few greedy evaluations: points, never joined into a trend
+            ax.plot(steps, values, label=key, linestyle="none", marker="D", markersize=6)
+            for step, value in zip(steps, values):
+                if math.isfinite(value):
+                    ax.annotate(f"{value:.2f}", (step, value), textcoords="offset points", xytext=(4, 4),
+                                fontsize="x-small")
+        else:
+            ax.plot(steps, values, label=key, marker="o" if len(steps) <= 20 else None, markersize=3)
+    if panel.robust_scale:
+        _robust_ylim(ax, [v for key in keys for v in series[key][1]])
+    ax.set_title(panel.title)
     ax.set_xlabel("step")
+    ax.set_ylabel(panel.ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=legend_size)
+
+
+def _robust_ylim(ax: Any, values: list[float]) -> None:
+    """Cap the y-axis at twice the 90th percentile when a few spikes would otherwise flatten the rest."""
+    finite = sorted(v for v in values if math.isfinite(v))
+    if len(finite) < 5:
+        return
+    high = finite[int(0.9 * (len(finite) - 1))]
+    if high > 0 and finite[-1] > 2 * high:
+        ax.set_ylim(bottom=min(0.0, finite[0]), top=2 * high)
+
+
+def _all_zero(series: Series, key: str) -> bool:
+    return all(v == 0 for v in series[key][1] if math.isfinite(v))
 
 
 def _new_figure(width: float, height: float) -> Any:
@@ -160,12 +195,13 @@ def render_report(run_dir: Path) -> list[Path]:
     if metrics_path.is_file():
         series = _series(read_metrics(run_dir))
         available = [
-            (panel, sorted(k for k in series if panel.matches(k))) for panel in PANELS
+            (panel, sorted(k for k in series if panel.matches(k) and not (panel.hide_zero and _all_zero(series, k))))
+            for panel in PANELS
         ]
         available = [(panel, keys) for panel, keys in available if keys]
         for panel, keys in available:
             fig = _new_figure(7, 4)
-            _draw(fig.add_subplot(), series, keys, panel.title)
+            _draw(fig.add_subplot(), series, keys, panel)
             path = out_dir / f"{panel.name}.png"
             fig.savefig(path, dpi=100)
             written.append(path)
@@ -175,7 +211,7 @@ def render_report(run_dir: Path) -> list[Path]:
             fig = _new_figure(5 * ncols, 3.5 * nrows)
             axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
             for ax, (panel, keys) in zip(axes, available):
-                _draw(ax, series, keys, panel.title, legend_size="x-small")
+                _draw(ax, series, keys, panel, legend_size="x-small")
             for ax in axes[len(available):]:
                 ax.set_visible(False)
             path = out_dir / "overview.png"
