@@ -106,7 +106,7 @@ class AlgorithmConfig(Section):
 class TrainConfig(Section):
     steps: int = Field(30, ge=0)
     tasks_per_step: int = Field(8, gt=0)
-    lr: float = Field(2e-5, gt=0)
+    lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.99)
     warmup_ratio: float = Field(0.0, ge=0, lt=1)

@@ -80,3 +80,20 @@ def test_most_common_completion_share():
     assert most_common_completion(["<answer>2</answer>", " <answer>2</answer>\n", "<answer>5</answer>", "x"]) == (
         "<answer>2</answer>", 0.5)
     assert most_common_completion([]) == (None, 0.0)
+
+
+def test_older_checkpoints_keep_weights_but_not_the_optimizer_state(tiny, tmp_path):
+    from r3l.errors import UserError
+    from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+
+    model, tokenizer = tiny
+    state = {"optimizer": {"state": {}, "param_groups": []}, "scheduler": {}, "sampler": {}}
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model, tokenizer, state, keep=2)
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
+    assert kept == ["step_000002", "step_000003"] and latest_checkpoint(tmp_path).name == "step_000003"
+    assert not (tmp_path / "checkpoints" / "step_000002" / "optimizer.pt").exists()
+    assert (tmp_path / "checkpoints" / "step_000002" / "model" / "model.safetensors").exists()
+    assert load_trainer_state(latest_checkpoint(tmp_path))["optimizer"] == state["optimizer"]
+    with pytest.raises(UserError, match="has no optimizer.pt"):
+        load_trainer_state(tmp_path / "checkpoints" / "step_000002")

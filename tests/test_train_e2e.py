@@ -52,7 +52,12 @@ def test_train_dump_resume_eval_report(tmp_path):
     assert sorted(p.name for p in (run_dir / "experiences").iterdir()) == ["step_000001.jsonl", "step_000002.jsonl"]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "loss" in m] == [1, 2]
+    assert all(m["forward_positions"] > 0 for m in metrics if "train_tokens_per_s" in m)  # measured work only
+    assert all("train_tokens_per_s" not in m for m in metrics if not m.get("forward_positions"))
     assert (run_dir / "checkpoints" / "latest" / "model" / "config.json").exists()
+    # one checkpoint by default (train.keep_checkpoints=1), with the optimizer state resume needs
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000002"]
+    assert (run_dir / "checkpoints" / "step_000002" / "optimizer.pt").exists()
 
     resumed = run_cli("train", "--resume", str(run_dir), "train.steps=3", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
