@@ -1,7 +1,6 @@
 """Build the run's parts (policy, environment, generator, strategy) from a validated config."""
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -10,14 +9,15 @@ from typing import Any, Callable
 import torch
 
 from r3l.config import Config
-from r3l.envs import Env, SingleTurnEnv, env_class, make
+from r3l.envs import Env, env_class, make
 from r3l.errors import UserError
 from r3l.explore import ExploreContext, Strategy, make_strategy
 from r3l.rollout.chat import PromptFormat
+from r3l.registry import import_submodules
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-_GENERATOR_MODULES = ("hf", "scripted")
+GENERATOR_PACKAGES = ("r3l.rollout", "r3l.testing")  # every module in them may register a generator
 
 
 def quiet_libraries() -> None:
@@ -34,15 +34,6 @@ def env_factory(config: Config) -> Callable[[], Env]:
     if close is not None:
         close()
     return partial(make, config.env.name, **config.env.args)
-
-
-def require_single_turn(make_env: Callable[[], Env], what: str) -> None:
-    """Refuse, in one line, a multi-turn environment where only single-turn ones make sense."""
-    env = make_env()
-    if not isinstance(env, SingleTurnEnv):
-        getattr(env, "close", lambda: None)()
-        raise UserError(f"{what} needs a single-turn environment (one prompt, one answer), and '{env.name}' is "
-                        "multi-turn; use the r3l strategy (algorithm=r3l) or a single-turn env (see `r3l envs`)")
 
 
 def agent_limits(config: Config):
@@ -75,8 +66,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_generator(config: Config, model, tokenizer) -> Generator:
-    for module in _GENERATOR_MODULES:
-        importlib.import_module(f"r3l.rollout.{module}")
+    import_submodules(*GENERATOR_PACKAGES)
     cls = GENERATORS.get(config.generator.name)
     settings: dict[str, Any] = {"dtype": DTYPES[config.generator.dtype], "prefill_chunk": config.generator.prefill_chunk}
     return cls(model, tokenizer, **settings)
@@ -103,11 +93,11 @@ def eval_params(config: Config) -> SamplingParams:
 
 
 def reflection_prompts(config: Config):
-    """The reflection templates of the configured strategy (R3's settings), or the defaults."""
+    """The templates of R3's two-attempt evaluation (eval.reflect_prompt, eval.retry_prompt, eval.include_feedback)."""
     from r3l.reflection.prompts import ReflectionPrompts
 
-    args = config.algorithm.strategy_args
-    return ReflectionPrompts.load(args.get("reflect_prompt"), args.get("retry_prompt"), args.get("include_feedback", False))
+    e = config.eval
+    return ReflectionPrompts.load(e.reflect_prompt, e.retry_prompt, e.include_feedback)
 
 
 @dataclass

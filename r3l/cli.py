@@ -82,7 +82,8 @@ def evaluate_command(
     tasks = list(make_env().tasks("test"))[: config.eval.size]
     record, summary, _ = held_out_evaluation(tasks, make_env, generator, tokenizer, eval_params(config),
                                              PromptFormat.from_config(config.env), config.eval.attempts,
-                                             reflection_prompts(config), agent_limits(config))
+                                             reflection_prompts(config), agent_limits(config),
+                                             config.eval.reflection_max_new_tokens)
     out_dir = out or new_run_dir(config.model_copy(update={"run": config.run.model_copy(
         update={"name": f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +104,7 @@ def rollout(
     """Generate experiences for a few tasks without training (see exactly what would be trained)."""
     from r3l.build import build_parts
     from r3l.experience import write_jsonl
-    from r3l.learner.learner import assign_advantages
+    from r3l.algorithms import assign_advantages
     from r3l.rollout.display import show_experiences
     from r3l.task_sampler import TaskSampler
     from r3l.trainer import check_algorithm_names, seed_everything

@@ -93,6 +93,10 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: str = "k3"
     updates_per_batch: int = Field(1, gt=0, description="optimizer passes over each batch (PPO epochs)")
+    sft_loss: Literal["policy_loss", "nll"] = Field(
+        "policy_loss", description="how SFT-objective samples (R3L's auxiliary SFT) train: policy_loss = the "
+        "policy loss with advantage = their weight, one normaliser with the rest (R3L's code); nll = weighted "
+        "NLL with its own normaliser")
 
     @model_validator(mode="before")
     @classmethod
@@ -130,6 +134,11 @@ class EvalConfig(Section):
     max_new_tokens: int | None = None
     attempts: Literal[1, 2] = Field(1, description="2: R3's first try, reflection, second try on failures")
     seed: int = 1234
+    # R3's two-attempt evaluation (attempts=2); its own settings, whatever the training strategy
+    reflect_prompt: str | None = Field(None, description="attempts=2: text file replacing R3's reflection instruction")
+    retry_prompt: str | None = Field(None, description="attempts=2: text file replacing R3's retry instruction")
+    include_feedback: bool = Field(False, description="attempts=2: put the verifier's feedback in the reflection prompt")
+    reflection_max_new_tokens: int = Field(128, gt=0, description="attempts=2: length limit of the reflection")
 
 
 class LoggingConfig(Section):

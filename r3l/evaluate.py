@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart
-from r3l.envs import Env, Task
+from r3l.envs import Env, Task, require_single_turn
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.reflection.retry import first_attempts, reflect_and_retry
 from r3l.rollout.chat import PromptFormat
@@ -112,22 +112,23 @@ def r3_table(untrained: dict[str, Any], trained: dict[str, Any]) -> tuple[str, s
 
 def held_out_evaluation(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
                         params: SamplingParams, prompt_format: PromptFormat, attempts: int,
-                        prompts: ReflectionPrompts, limits: AgentLimits = AgentLimits()
+                        prompts: ReflectionPrompts, limits: AgentLimits = AgentLimits(),
+                        reflection_max_new_tokens: int = 128
                         ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
     """(full record with samples, summary, metrics to log) for one or two attempts per task."""
     started = time.perf_counter()
     record, summary, metrics = _held_out(tasks, make_env, generator, tokenizer, params, prompt_format, attempts,
-                                         prompts, limits)
+                                         prompts, limits, reflection_max_new_tokens)
     seconds = time.perf_counter() - started
     return {**record, "seconds": seconds}, {**summary, "seconds": seconds}, {**metrics, "eval/seconds": seconds}
 
 
-def _held_out(tasks, make_env, generator, tokenizer, params, prompt_format, attempts, prompts, limits):
+def _held_out(tasks, make_env, generator, tokenizer, params, prompt_format, attempts, prompts, limits,
+              reflection_max_new_tokens):
     if attempts == 2:
-        from r3l.build import require_single_turn
-
         require_single_turn(make_env, "eval.attempts=2 (R3's reflect-and-retry evaluation)")
-        record = evaluate_two_attempts(tasks, make_env, generator, tokenizer, params, prompt_format, prompts)
+        record = evaluate_two_attempts(tasks, make_env, generator, tokenizer, params, prompt_format, prompts,
+                                       reflection_max_new_tokens)
         summary = {k: v for k, v in record.items() if k != "samples"}
         return record, summary, {"eval/success": record["first_try"]["success"],
                                  "eval/second_try_success": record["second_try"]["success"]}

@@ -6,7 +6,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-KINDS = ("base", "retry", "reflection", "guided_retry", "first_attempt", "second_attempt", "sft")
+KINDS = ("base", "retry", "reflection", "sft")  # what the sample is (see DESIGN); `objective` says how it trains
+# policy: its advantage comes from its group's rewards (the advantage function) and the policy loss trains it;
+# sft: the strategy set its advantage (a weight) and it competes with no group (algorithm.sft_loss trains it)
+OBJECTIVES = ("policy", "sft")
 
 
 @dataclass
@@ -22,10 +25,13 @@ class Experience:
     pivot: int | None = None
     text: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    objective: str = "policy"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown experience kind {self.kind!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown experience objective {self.objective!r}")
         n = len(self.tokens)
         if len(self.loss_mask) != n or len(self.logprobs) != n:
             raise ValueError(

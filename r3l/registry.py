@@ -1,6 +1,8 @@
 """A small name -> object registry used for environments, algorithms, generators and strategies."""
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Callable, Generic, Iterator, TypeVar
 
 from r3l.errors import UserError
@@ -38,3 +40,12 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[tuple[str, T]]:
         return iter(sorted(self._items.items()))
+
+
+def import_submodules(*packages: str) -> None:
+    """Import every module of each package, so that each registers what it defines: adding an environment,
+    a strategy or a generator is one new file with one decorator, and no list to keep."""
+    for package in packages:
+        module = importlib.import_module(package)
+        for info in pkgutil.iter_modules(module.__path__, prefix=f"{package}."):
+            importlib.import_module(info.name)

@@ -21,7 +21,8 @@ from r3l.evaluate import held_out_evaluation, r3_table
 from r3l.errors import RunStopped, UserError
 from r3l.experience import write_jsonl
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
-from r3l.learner.learner import Learner, apply_lora, assign_advantages
+from r3l.algorithms import assign_advantages
+from r3l.learner.learner import Learner, apply_lora
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.rollout.chat import PromptFormat
@@ -153,7 +154,7 @@ class Trainer:
         record, summary, metrics = held_out_evaluation(
             self.test_tasks, parts.make_env, parts.generator, parts.tokenizer, eval_params(config),
             PromptFormat.from_config(config.env), config.eval.attempts, reflection_prompts(config),
-            agent_limits(config))
+            agent_limits(config), config.eval.reflection_max_new_tokens)
         (self.run_dir / f"eval_{label}.json").write_text(json.dumps({**record, "step": self.step}, indent=1))
         self.history[f"eval_{label}"] = summary
         logger.log(self.step, metrics)

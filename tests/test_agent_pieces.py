@@ -1,13 +1,16 @@
 """R3L's pure pieces (budget, retry choice, pivotal masks, improvement), action formats, conversation cuts,
-and auxiliary SFT samples in the advantage step and the learner."""
+and auxiliary SFT samples in the advantage step and the learner (hand-computed losses and KL)."""
 import pytest
 import torch
 
 from r3l.agent.actions import parse_reply
-from r3l.agent.credit import choose_retries, improved, pivotal_mask, split_budget, turns_only
+from r3l.agent.credit import pivotal_mask, turns_only
+from r3l.agent.improvement import IMPROVEMENT_RULES
+from r3l.agent.retry_plan import choose_retries, split_budget
 from r3l.config import AlgorithmConfig, TrainConfig
 from r3l.experience import Experience
-from r3l.learner.learner import Learner, assign_advantages
+from r3l.algorithms import assign_advantages
+from r3l.learner.learner import Learner
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation
 from tests.test_conversation import completion_of
@@ -22,8 +25,10 @@ def test_split_budget_halves_the_group():
     assert split_budget(8, 0.5, reflect_retry=False) == (8, 0)
 
 
-def test_choose_retries_cycles_over_candidates():
-    assert choose_retries([3, 5], 4) == [3, 5, 3, 5]
+def test_choose_retries_gives_each_base_at_most_its_share():
+    assert choose_retries([3, 5], 4) == [3, 5]  # one retry per base (R3L's code); two slots stay empty
+    assert choose_retries([3, 5], 4, per_base=2) == [3, 5, 3, 5]
+    assert choose_retries([3, 5], 3, per_base=4) == [3, 5, 3]
     assert choose_retries([3, 5, 7], 2) == [3, 5]
     assert choose_retries([], 4) == []
 
@@ -38,13 +43,21 @@ def test_pivotal_mask_zeroes_the_shared_turns_only():
     assert turns_only([1] * 10, spans, 2) == [0] * 9 + [1]
 
 
-def test_improvement_is_more_reward_or_a_shorter_success():
-    assert improved(1.0, True, 9, 0.5, False, 4)
-    assert improved(0.4, False, 9, 0.25, False, 4)
-    assert improved(1.0, True, 3, 1.0, True, 5)
-    assert not improved(1.0, True, 5, 1.0, True, 5)
-    assert not improved(0.25, False, 3, 0.25, False, 9)  # shorter, but no success
-    assert not improved(0.0, False, 2, 0.5, False, 9)
+def test_reference_improvement_needs_a_successful_retry():
+    improved = IMPROVEMENT_RULES.get("reference")  # (retry reward, retry steps, base reward, base steps)
+    assert improved(1.0, 9, 0.5, 4)  # succeeds where the base did not
+    assert improved(1.0, 3, 1.0, 5)  # succeeds in fewer steps
+    assert not improved(1.0, 5, 1.0, 5)
+    assert not improved(0.4, 9, 0.25, 4)  # a partial-reward gain that does not succeed: no SFT
+    assert not improved(0.25, 3, 0.25, 9)  # shorter, but no success
+    assert not improved(0.0, 2, 0.5, 9)
+    assert improved(0.8, 9, 0.5, 4, success_reward=0.8)
+
+
+def test_any_gain_improvement_counts_partial_rewards():
+    improved = IMPROVEMENT_RULES.get("any_gain")
+    assert improved(0.4, 9, 0.25, 4) and improved(1.0, 9, 0.5, 4) and improved(1.0, 3, 1.0, 5)
+    assert not improved(0.25, 3, 0.25, 9) and not improved(0.0, 2, 0.5, 9) and not improved(1.0, 5, 1.0, 5)
 
 
 def test_tagged_action_format():
@@ -83,7 +96,12 @@ def test_conversation_cuts_are_token_identical(tiny):
 
 def sft_sample(tokens, weight, group="g"):
     return Experience(group=group, kind="sft", tokens=tokens, loss_mask=[0, 0, 1, 1, 1], logprobs=[0.0] * 5,
-                      reward=1.0, advantage=weight)
+                      reward=1.0, advantage=weight, objective="sft")
+
+
+def policy_sample(tokens, advantage, group="g"):
+    return Experience(group=group, kind="base", tokens=tokens, loss_mask=[0, 0, 1, 1, 1], logprobs=[0.0] * 5,
+                      reward=1.0, advantage=advantage)
 
 
 def test_advantages_leave_sft_samples_out_of_the_groups():
@@ -96,21 +114,63 @@ def test_advantages_leave_sft_samples_out_of_the_groups():
     assert sft.advantage == 0.7
 
 
-def test_learner_trains_sft_samples_by_weighted_nll_with_their_own_normaliser(tiny):
-    model, tokenizer = tiny
-    model = type(model)(model.config)
-    model.load_state_dict(tiny[0].state_dict())
-    algorithm = AlgorithmConfig(name="r3l")
-    learner = Learner(model, tokenizer, algorithm, TrainConfig(lr=1e-9), temperature=1.0, autocast_bf16=False)
-    tokens = [[5, 9, 13, 17, 21], [6, 10, 14, 18, 22]]
+TOKENS = [[5, 9, 13, 17, 21], [6, 10, 14, 18, 22], [7, 11, 15, 19, 23]]
+
+
+def target_logprobs(model, rows):
+    """log p of each trained target (tokens 2..4 of each row) under `model`, one tensor per row."""
     with torch.no_grad():
-        nll = []
-        for row in tokens:
+        out = []
+        for row in rows:
             logits = model(torch.tensor([row])).logits[0, :-1].float()
-            logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(row[1:])[:, None])[:, 0]
-            nll.append(-logp[1:])  # trained targets: tokens 2..4
-    expected = 0.5 * float(torch.cat(nll).mean())
-    metrics = learner.update([sft_sample(row, 0.5) for row in tokens])
-    assert metrics["loss"] == pytest.approx(expected, rel=1e-4)
-    assert metrics["sft_samples"] == 2
-    assert metrics["sft_nll"] == pytest.approx(float(torch.cat(nll).mean()), rel=1e-4)
+            out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(row[1:])[:, None])[1:, 0])
+        return out
+
+
+def fresh_learner(tiny, **algorithm):
+    model, tokenizer = tiny
+    copy = type(model)(model.config)
+    copy.load_state_dict(model.state_dict())
+    return copy, Learner(copy, tokenizer, AlgorithmConfig(name="r3l", **algorithm), TrainConfig(lr=1e-9),
+                         temperature=1.0, autocast_bf16=False, ref_model=algorithm.get("kl_coef") and ref_of(tiny))
+
+
+def ref_of(tiny):
+    """A reference policy that differs from the policy: the same weights with the head scaled."""
+    model, _ = tiny
+    ref = type(model)(model.config)
+    ref.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        ref.get_output_embeddings().weight.mul_(0.5)
+    return ref.eval()
+
+
+def test_sft_samples_join_the_policy_loss_as_positive_samples_by_default(tiny):
+    """R3L's code: SFT samples go through the same OPMD loss with advantage = their weight (1), and one
+    token-mean over every trained token: loss = sum(-A * logp) / N / (1 + tau)."""
+    model, learner = fresh_learner(tiny)
+    logp = target_logprobs(model, TOKENS)
+    samples = [policy_sample(TOKENS[0], -0.5), sft_sample(TOKENS[1], 1.0), sft_sample(TOKENS[2], 1.0)]
+    expected = float(0.5 * logp[0].sum() - logp[1].sum() - logp[2].sum()) / 9 / 2
+    metrics = learner.update(samples)
+    assert metrics["loss"] == pytest.approx(expected, rel=1e-4) and metrics["sft_samples"] == 2
+
+
+def test_nll_sft_loss_has_its_own_normaliser(tiny):
+    model, learner = fresh_learner(tiny, sft_loss="nll")
+    logp = target_logprobs(model, TOKENS)
+    samples = [policy_sample(TOKENS[0], -0.5), sft_sample(TOKENS[1], 0.5), sft_sample(TOKENS[2], 0.5)]
+    policy = float(0.5 * logp[0].sum()) / 3 / 2  # OPMD over the policy sample's 3 tokens, / (1 + tau)
+    sft = float(-0.5 * (logp[1].sum() + logp[2].sum())) / 6  # weighted NLL over the 6 SFT tokens
+    metrics = learner.update(samples)
+    assert metrics["loss"] == pytest.approx(policy + sft, rel=1e-4) and metrics["sft_samples"] == 2
+
+
+@pytest.mark.parametrize("sft_loss", ["policy_loss", "nll"])
+def test_kl_is_one_mean_over_every_trained_token(tiny, sft_loss):
+    """k2 KL = 0.5 (logp - logp_ref)^2, averaged once over the 9 trained tokens of policy and SFT samples."""
+    model, learner = fresh_learner(tiny, sft_loss=sft_loss, kl_coef=0.001, kl_estimator="k2")
+    logp, ref = target_logprobs(model, TOKENS), target_logprobs(learner.ref_model, TOKENS)
+    expected = float(sum((0.5 * (p - r) ** 2).sum() for p, r in zip(logp, ref))) / 9
+    metrics = learner.update([policy_sample(TOKENS[0], -0.5), sft_sample(TOKENS[1], 1.0), sft_sample(TOKENS[2], 1.0)])
+    assert expected > 1e-4 and metrics["kl"] == pytest.approx(expected, rel=1e-4)

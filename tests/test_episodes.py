@@ -5,7 +5,7 @@ import pytest
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, termination_metrics
 from r3l.envs import make
 from r3l.rollout.generator import SamplingParams
-from r3l.rollout.scripted import ScriptedGenerator
+from r3l.testing.scripted import ScriptedGenerator
 
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=48, stop=("</action>",), seed=0)
 
@@ -94,12 +94,12 @@ def test_retry_from_pivot_replays_and_shows_the_pivot_observation_once(tiny, tas
     retry = runner.run([EpisodeStart(task, base, pivot, guidance)], PARAMS)[0]
     assert retry.prefix_steps == pivot and retry.actions[:pivot] == base.actions[:pivot]
     shared = base.conversation.turn_spans[pivot][0]
-    assert retry.mirror.tokens[:shared] == base.conversation.tokens[:shared]
+    assert retry.distilled.tokens[:shared] == base.conversation.tokens[:shared]
     guided_text = runner.tokenizer.decode(retry.conversation.tokens)
     observation = base.steps[pivot].observation
     assert guided_text.count(observation.strip()) == 1 + sum(  # once at the pivot, plus any identical later ones
         step.observation.strip() == observation.strip() for step in retry.steps[pivot + 1:])
-    assert guidance in guided_text and guidance not in runner.tokenizer.decode(retry.mirror.tokens)
-    assert retry.mirror.tokens[shared:] != [] and retry.generated_tokens == sum(
+    assert guidance in guided_text and guidance not in runner.tokenizer.decode(retry.distilled.tokens)
+    assert retry.distilled.tokens[shared:] != [] and retry.generated_tokens == sum(
         len(step.completion.tokens) for step in retry.steps[pivot:])
     runner.close()

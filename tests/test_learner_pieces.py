@@ -8,7 +8,7 @@ from r3l.envs import Task
 from r3l.evaluate import wilson_interval
 from r3l.experience import Experience
 from r3l.learner.batching import collate, micro_batches
-from r3l.learner.learner import assign_advantages
+from r3l.algorithms import assign_advantages
 from r3l.learner.schedule import lr_factor
 from r3l.task_sampler import TaskSampler
 

@@ -13,7 +13,7 @@ from r3l.failure_set import build_failure_set
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import SamplingParams
-from r3l.rollout.scripted import ScriptedGenerator, countdown_solution
+from r3l.testing.scripted import ScriptedGenerator, countdown_solution
 from tests.conftest import run_cli
 
 

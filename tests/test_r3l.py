@@ -48,31 +48,42 @@ def check_r3l_dump(dump, pivotal_credit=True, alpha=3.0):
             assert all(set(t) == {1} for t in turns[pivot:])
             outside = [m for i, m in enumerate(record["loss_mask"]) if not any(a <= i < b for a, b in spans)]
             assert not any(outside)  # prompts and observations are never trained
+    runs = [r["meta"]["run"] for r in retries]
+    assert len(runs) == len(set(runs)), "each base episode is retried at most once"
     # advantages: positive amplification over each group's base episodes and retries, from the dumped rewards
-    policy = [r for r in dump if r["kind"] != "sft"]
+    policy = [r for r in dump if r["objective"] == "policy"]
+    assert all(r["kind"] != "sft" for r in policy)
     ids = {g: i for i, g in enumerate(dict.fromkeys(r["group"] for r in policy))}
     expected = ADVANTAGES.get("positive_amplified")(
         torch.tensor([r["reward"] for r in policy]), torch.tensor([ids[r["group"]] for r in policy]), alpha=alpha)
     assert [r["advantage"] for r in policy] == pytest.approx(expected.tolist(), abs=1e-6)
-    # SFT samples exactly where a retry improved: its reflection once per base, and each improving guided retry
-    sft = [r for r in dump if r["kind"] == "sft"]
+    # SFT samples exactly where a retry succeeded and beat its base: its reflection and its guided retry; and
+    # the reflection of each successful base whose report says "success"
+    sft = [r for r in dump if r["objective"] == "sft"]
     improving = [r for r in retries if r["meta"]["improved"]]
+    assert all(r["meta"]["success"] and r["reward"] >= 1.0 for r in improving), "only successful retries improve"
     assert len([r for r in sft if r["meta"]["sft_of"] == "guided_retry"]) == len(improving)
-    assert len([r for r in sft if r["meta"]["sft_of"] == "reflection"]) == len({r["meta"]["run"] for r in improving})
+    assert len([r for r in sft if r["meta"]["sft_of"] == "reflection"]) == len(improving)
+    perfect = [b for b in bases.values() if b["meta"]["success"] and b["meta"].get("report", {}).get(
+        "trajectory_outcome") == "success" and b["meta"]["run"] not in {r["meta"]["run"] for r in improving}]
+    assert len([r for r in sft if r["meta"]["sft_of"] == "success_reflection"]) == len(perfect)
     for record in sft:
-        assert record["meta"]["improved"] is True and record["advantage"] == 1.0
-        assert record["meta"]["run"] in {r["meta"]["run"] for r in improving}
+        assert record["kind"] == "sft" and record["advantage"] == 1.0
+        if record["meta"]["sft_of"] != "success_reflection":
+            assert record["meta"]["improved"] is True
+            assert record["meta"]["run"] in {r["meta"]["run"] for r in improving}
     return retries, sft
 
 
 def test_the_r3l_rollout_line_on_textworld_express(tmp_path):
     result = run_cli("rollout", "model=tiny-random", "generator=scripted", "algorithm=r3l", "env=textworld_express",
-                     "--dump", "out.jsonl", cwd=tmp_path, timeout=900)
+                     "env.args.games=[coin]", "--tasks", "3", "--dump", "out.jsonl", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
     dump = records(tmp_path / "out.jsonl")
     retries, sft = check_r3l_dump(dump)
-    assert sft, "with these seeds some retries improve on their base"
+    kinds_of_sft = {r["meta"]["sft_of"] for r in sft}
+    assert kinds_of_sft == {"reflection", "guided_retry", "success_reflection"}, "with these seeds each rule fires"
     assert metrics["retry_count"] == len(retries) and metrics["invalid_report_rate"] == 0.0
     shown = result.stdout + result.stderr
     assert "reflection report" in shown and "pivot=" in shown and "guidance" in shown
@@ -126,3 +137,20 @@ def test_every_preset_trains_a_step_on_textworld_express(tmp_path, preset):
     assert any("loss" in m or "trained_tokens" in m for m in metrics)
     kinds = {r["kind"] for r in records(run_dir / "experiences" / "step_000001.jsonl")}
     assert ("retry" in kinds) == (preset in ("r3l", "reflect_grpo", "r3l_no_pivotal_credit", "r3l_no_amplification"))
+
+
+def test_unused_retry_slots_can_be_filled_with_fresh_episodes(tmp_path):
+    result = run_cli("rollout", "--strategy", "r3l", "--env", "textworld_express", *SMALL[:3], "env.args.games=[coin]",
+                     "env.args.max_steps=6", "algorithm.strategy_args.fill_unused_slots=fresh", "--tasks", "3",
+                     "--no-show", "--dump", "out.jsonl", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
+    dump = records(tmp_path / "out.jsonl")
+    check_r3l_dump(dump)
+    sizes = defaultdict(int)
+    for record in dump:
+        sizes[record["group"]] += record["objective"] == "policy"
+    assert set(sizes.values()) == {4}  # 2 base episodes + 2 retry slots, every slot used
+    fills = [r for r in dump if r["meta"]["run"].rsplit("/", 1)[-1].startswith("fill")]
+    assert len(fills) == metrics["filled_slots"] > 0
+    assert all(r["kind"] == "base" and r["pivot"] is None and "guidance" not in r["meta"] for r in fills)

@@ -137,11 +137,17 @@ def test_stats_count_valid_and_invalid_by_code():
         stats.add("not a code")
 
 
-def test_guidance_has_root_cause_and_suggestion():
+def test_guidance_holds_the_whole_report_and_asks_not_to_mention_it():
     report = parse_report(report_json(), 5)
     text = build_guidance(report)
     assert "It never picked up the apple" in text and "Take the apple before leaving the kitchen" in text
-    assert "{" not in text
+    shown = json.loads(text[text.index("{"):text.rindex("}") + 1])
+    assert shown == {"trajectory_summary": report.trajectory_summary, "root_cause_analysis": report.root_cause_analysis,
+                     "trajectory_outcome": report.trajectory_outcome,
+                     "improvement_suggestion": report.improvement_suggestion, "retry_from_step": report.retry_from_step}
+    assert "Do not mention or refer to this guidance" in text
+    brief = build_guidance(report, load_guidance_template("r3l_guidance_brief.txt"))
+    assert "It never picked up the apple" in brief and "{" not in brief
     assert build_guidance(report, "Why: {root_cause} | Do: {suggestion} | {other}") == (
         "Why: It never picked up the apple | Do: Take the apple before leaving the kitchen | {other}")
     with pytest.raises(ValueError):
@@ -152,8 +158,7 @@ def test_default_templates_have_their_placeholders():
     reflect = load_reflect_template()
     assert all(p in reflect for p in ("{rules}", "{log}", "{num_steps}"))
     assert all(key in reflect for key in REPORT_KEYS)
-    guidance = load_guidance_template()
-    assert "{root_cause}" in guidance and "{suggestion}" in guidance
+    assert "{report}" in load_guidance_template()
 
 
 STEPS = [("You are in a kitchen.", "I should open the fridge.", "open fridge"),

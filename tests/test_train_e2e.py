@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from tests.conftest import run_cli
 
 RECORD_FIELDS = {"group", "kind", "tokens", "loss_mask", "logprobs", "reward", "advantage", "turn_spans", "pivot",
-                 "text", "meta"}
+                 "text", "meta", "objective"}
 TINY = ["model=tiny-random", "env=countdown", "sampling.group_size=4", "sampling.max_new_tokens=8",
         "train.tasks_per_step=2", "train.micro_batch_size=4", "eval.size=4", "logging.progress=false",
         "logging.tensorboard=false", "generator.dtype=float32"]

@@ -1,22 +1,7 @@
-"""R3L's pure rules: the group budget, which base episodes get retries, pivotal-credit masks, improvement."""
+"""R3L's pivotal credit as pure mask rules: what a retry and its base do not train (their shared prefix)."""
 from __future__ import annotations
 
 from typing import Sequence
-
-
-def split_budget(group_size: int, base_fraction: float, reflect_retry: bool = True) -> tuple[int, int]:
-    """(base episodes, retries) per task: `base_fraction` of the group on base episodes (at least one)."""
-    if not reflect_retry:
-        return group_size, 0
-    base = min(group_size, max(1, round(group_size * base_fraction)))
-    return base, group_size - base
-
-
-def choose_retries(candidates: Sequence[int], slots: int) -> list[int]:
-    """Which base episode each retry slot retries: the candidates in turn, cycling when slots outnumber them."""
-    if not candidates:
-        return []
-    return [candidates[slot % len(candidates)] for slot in range(slots)]
 
 
 def pivotal_mask(loss_mask: Sequence[int], turn_spans: Sequence[tuple[int, int]], pivot: int) -> list[int]:
@@ -33,9 +18,3 @@ def turns_only(loss_mask: Sequence[int], turn_spans: Sequence[tuple[int, int]], 
     for start, end in turn_spans[first_turn:]:
         mask[start:end] = list(loss_mask[start:end])
     return mask
-
-
-def improved(retry_reward: float, retry_success: bool, retry_steps: int,
-             base_reward: float, base_success: bool, base_steps: int) -> bool:
-    """A retry beats its base when it earns more, or succeeds as the base did in fewer steps."""
-    return retry_reward > base_reward or (retry_success and base_success and retry_steps < base_steps)

@@ -3,7 +3,7 @@
 Every episode is a token-exact conversation (`TokenConversation`): assistant turns are the sampled ids,
 observations are tokenised once when appended. An episode may start fresh (reset) or from another
 episode's pivot (replay the first `pivot` actions, optionally with guidance put before the observation
-at the pivot); then a `mirror` conversation gets the same turns without the guidance (context distillation).
+at the pivot); then a `distilled` conversation gets the same turns without the guidance (context distillation).
 
 Episodes end when the environment says done, or early, each reason counted in `termination`:
 a reply with no action (format_error), an action the environment does not accept (inadmissible), the same
@@ -59,7 +59,7 @@ class Trajectory:
     feedback: str = ""
     termination: str = ""
     prefix_steps: int = 0  # steps taken over from the base episode (a retry's shared prefix)
-    mirror: TokenConversation | None = None  # the same turns without the guidance
+    distilled: TokenConversation | None = None  # the same turns without the guidance (context distillation)
     observation: str = ""  # the latest observation, not yet acted on
 
     @property
@@ -135,7 +135,7 @@ class EpisodeRunner:
             guided = base.conversation.after_turn(pivot - 1)
             guided.add_user(guided_text)
         trajectory = Trajectory(start.task, guided, [replace(step) for step in base.steps[:pivot]],
-                                prefix_steps=pivot, mirror=base.conversation.before_turn(pivot),
+                                prefix_steps=pivot, distilled=base.conversation.before_turn(pivot),
                                 observation=observation)
         if observation != base.steps[pivot].observation:
             self._finish(trajectory, "replay_mismatch",
@@ -195,8 +195,8 @@ class EpisodeRunner:
     def _advance(self, trajectory: Trajectory, env: Env, completion: Completion, params: SamplingParams) -> None:
         limits = self.limits
         trajectory.conversation.add_assistant(completion, trained=True)
-        if trajectory.mirror is not None:
-            trajectory.mirror.add_assistant(completion, trained=True)
+        if trajectory.distilled is not None:
+            trajectory.distilled.add_assistant(completion, trained=True)
         parsed = parse_reply(completion.text, self.action_format, limits.action_tag, limits.think_tag)
         step = Step(trajectory.observation, completion, parsed.thought, parsed.action, None)
         trajectory.steps.append(step)
@@ -226,8 +226,8 @@ class EpisodeRunner:
                                 f"The episode ran out of turns ({limits.max_turns}) before the task was completed.")
         trajectory.observation = result.observation
         trajectory.conversation.add_user(result.observation)
-        if trajectory.mirror is not None:
-            trajectory.mirror.add_user(result.observation)
+        if trajectory.distilled is not None:
+            trajectory.distilled.add_user(result.observation)
         self._check_context(trajectory, params)
 
     def _check_context(self, trajectory: Trajectory, params: SamplingParams) -> None:

@@ -1,5 +1,5 @@
 """Algorithms as small pure tensor functions in registries: advantages, policy losses, KL, entropy."""
-from r3l.algorithms.advantages import ADVANTAGES, group_mean
+from r3l.algorithms.advantages import ADVANTAGES, assign_advantages, group_mean
 from r3l.algorithms.aggregation import AGGREGATIONS, aggregate
 from r3l.algorithms.entropy import entropy_from_logits, token_logprobs
 from r3l.algorithms.kl import KL_ESTIMATORS, kl_penalty
@@ -11,6 +11,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "aggregate",
+    "assign_advantages",
     "entropy_from_logits",
     "group_mean",
     "kl_penalty",

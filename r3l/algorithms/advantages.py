@@ -6,9 +6,15 @@ has no baseline to compare against and always gets advantage 0.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 import torch
 
+from r3l.errors import UserError
 from r3l.registry import Registry
+
+if TYPE_CHECKING:
+    from r3l.experience import Experience
 
 ADVANTAGES: Registry = Registry("advantage function")
 
@@ -124,3 +130,22 @@ def raft(rewards: torch.Tensor, group_ids: torch.Tensor, *, success_threshold: f
     """RAFT: 1 for successes (r >= success_threshold), 0 otherwise; pair it with the weighted SFT loss."""
     rewards = _check(rewards, group_ids)
     return (rewards >= success_threshold).to(rewards.dtype)
+
+
+def assign_advantages(experiences: Sequence["Experience"], name: str, args: dict) -> None:
+    """Set the advantage of every policy-objective experience from the rewards of its group, in place.
+
+    Experiences with objective "sft" compete with no group: their advantage is the weight the strategy set.
+    """
+    experiences = [e for e in experiences if e.objective == "policy"]
+    if not experiences:
+        return
+    group_index: dict[str, int] = {}
+    group_ids = torch.tensor([group_index.setdefault(e.group, len(group_index)) for e in experiences])
+    rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
+    try:
+        advantages = ADVANTAGES.get(name)(rewards, group_ids, **args)
+    except TypeError as error:
+        raise UserError(f"bad algorithm.advantage_args for '{name}': {error}") from None
+    for experience, value in zip(experiences, advantages.tolist()):
+        experience.advantage = float(value)

@@ -1,24 +1,18 @@
 """Environment registry: `make(name, **kwargs)` builds one; each environment lives in its own module."""
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import Any, Callable
 
 from r3l.envs.arguments import check_arguments
 from r3l.envs.base import Env, SingleTurnEnv, StepResult, Task, Verdict, judge
 from r3l.errors import UserError
-from r3l.registry import Registry
+from r3l.registry import Registry, import_submodules
 
 ENVS: Registry[type[Env]] = Registry("environment")
 register = ENVS.register
 
-_MODULES = ("countdown", "arithmetic", "dataset", "function_calling", "textworld_express", "scienceworld",
-            "math_dialogue", "alfworld", "webshop")
-
-
 def _load_all() -> None:
-    for module in _MODULES:
-        importlib.import_module(f"r3l.envs.{module}")
+    import_submodules(__name__)
 
 
 def make(name: str, **kwargs: Any) -> Env:
@@ -37,10 +31,19 @@ def env_class(name: str) -> type[Env]:
     return ENVS.get(name)
 
 
+def require_single_turn(make_env: Callable[[], Env], what: str) -> None:
+    """Refuse, in one line, a multi-turn environment where only single-turn ones make sense."""
+    env = make_env()
+    if not isinstance(env, SingleTurnEnv):
+        getattr(env, "close", lambda: None)()
+        raise UserError(f"{what} needs a single-turn environment (one prompt, one answer), and '{env.name}' is "
+                        "multi-turn; use the r3l strategy (algorithm=r3l) or a single-turn env (see `r3l envs`)")
+
+
 def available() -> list[tuple[str, str]]:
     _load_all()
     return [(name, cls.description) for name, cls in ENVS]
 
 
 __all__ = ["Env", "SingleTurnEnv", "StepResult", "Task", "Verdict", "judge", "ENVS", "register", "make", "available",
-           "env_class"]
+           "env_class", "require_single_turn"]

@@ -1,7 +1,6 @@
 """Exploration strategies: each turns a batch of tasks into experiences (one module per strategy)."""
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from r3l.errors import UserError
 from r3l.agent.episodes import AgentLimits, EpisodeRunner
 from r3l.envs import Env, Task
 from r3l.experience import Experience
-from r3l.registry import Registry
+from r3l.registry import Registry, import_submodules
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Generator, SamplingParams
 
@@ -72,10 +71,8 @@ class Strategy(ABC):
 
 
 STRATEGIES: Registry[type[Strategy]] = Registry("exploration strategy")
-_MODULES = ("plain", "r3", "r3l")
 
 
 def make_strategy(name: str, context: ExploreContext, **settings: Any) -> Strategy:
-    for module in _MODULES:
-        importlib.import_module(f"r3l.explore.{module}")
+    import_submodules(__name__)
     return STRATEGIES.get(name)(context, **settings)

@@ -9,7 +9,9 @@ from typing import Sequence
 
 from pydantic import Field
 
-from r3l.envs import Task, judge
+from r3l.agent.records import conversation_experience
+from r3l.envs import Task, judge, require_single_turn
+from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
 from r3l.failure_set import FailureSet, build_failure_set, stored_completion
@@ -29,21 +31,12 @@ class R3Settings(StrategySettings):
 
 
 def retry_experience(retry: Retry, group: str) -> Experience:
-    conversation = retry.conversation
-    return Experience(
-        group=group,
-        kind="reflection",
-        tokens=list(conversation.tokens),
-        loss_mask=list(conversation.loss_mask),
-        logprobs=list(conversation.logprobs),
-        reward=1.0 if retry.verdict.success else 0.0,
-        turn_spans=list(conversation.turn_spans),
-        text=retry.reflection.text,
-        meta={"task_id": retry.failure.task.id, "first_attempt": retry.failure.completion.text,
-              "first_attempt_feedback": retry.failure.verdict.feedback, "second_attempt": retry.second.text,
-              "second_attempt_success": retry.verdict.success, "second_attempt_feedback": retry.verdict.feedback,
-              "reflection_span": list(retry.reflection_span), "second_attempt_span": list(retry.second_span)},
-    )
+    return conversation_experience(
+        retry.conversation, group, "reflection", 1.0 if retry.verdict.success else 0.0, retry.reflection.text,
+        task_id=retry.failure.task.id, first_attempt=retry.failure.completion.text,
+        first_attempt_feedback=retry.failure.verdict.feedback, second_attempt=retry.second.text,
+        second_attempt_success=retry.verdict.success, second_attempt_feedback=retry.verdict.feedback,
+        reflection_span=list(retry.reflection_span), second_attempt_span=list(retry.second_span))
 
 
 @STRATEGIES.register("r3")
@@ -59,8 +52,6 @@ class R3Strategy(Strategy):
     def training_tasks(self, train_tasks: Sequence[Task], run_dir: Path | None, limit: int | None = None,
                        build: int = 0):
         c, s = self.context, self.settings
-        from r3l.build import require_single_turn
-
         require_single_turn(c.make_env, "the r3 strategy")
         path = None if run_dir is None else run_dir / f"failure_set_{build}.jsonl"
         failures: FailureSet = build_failure_set(
@@ -68,8 +59,6 @@ class R3Strategy(Strategy):
             c.prompt_format, max_samples=s.max_samples, max_queries=s.max_queries, target=limit, path=path)
         self.failure_counts = {**failures.counts(), "failure_set/builds": float(build + 1)}
         if not failures.tasks:
-            from r3l.errors import UserError
-
             raise UserError(f"the model solved all {failures.tried} queries tried, so R3 has no failures to learn from; "
                             "raise algorithm.strategy_args.max_queries or use a harder task")
         return failures.tasks

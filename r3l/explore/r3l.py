@@ -3,20 +3,23 @@ guidance, store the retry without the guidance in the base episodes' group, mask
 with its base (pivotal credit), and train reflection + guided retry as SFT when the retry improved.
 
 Switches (algorithm.strategy_args): `reflect_retry` (off: every episode is a base episode),
-`retry_from` pivot | scratch (Reflect-GRPO), `pivotal_credit`, `distill_guidance`, `aux_sft`.
-Positive amplification is the advantage function (`positive_amplified`), chosen in the preset.
+`retry_from` pivot | scratch (Reflect-GRPO), `pivotal_credit`, `distill_guidance`, `aux_sft`, `improvement`,
+`retries_per_base`, `train_success_reflections`. Positive amplification is the advantage function
+(`positive_amplified`) and the SFT loss is `algorithm.sft_loss`, both chosen in the preset.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from statistics import mean
 from typing import Literal, Sequence
 
 from pydantic import Field
 
-from r3l.agent.credit import choose_retries, improved, pivotal_mask, split_budget, turns_only
+from r3l.agent.credit import pivotal_mask, turns_only
 from r3l.agent.episodes import EpisodeStart, Trajectory, termination_metrics
-from r3l.agent.records import episode_metrics, trajectory_experience
+from r3l.agent.improvement import IMPROVEMENT_RULES
+from r3l.agent.records import conversation_experience, episode_metrics, trajectory_experience
+from r3l.agent.retry_plan import choose_retries, split_budget
 from r3l.envs import Task
 from r3l.errors import UserError
 from r3l.experience import Experience
@@ -34,12 +37,58 @@ class R3LSettings(StrategySettings):
     pivotal_credit: bool = Field(True, description="mask the prefix a retry shares with its base, in both")
     distill_guidance: bool = Field(True, description="store the retry without the guidance text")
     aux_sft: bool = Field(True, description="train reflection and guided retry as SFT when the retry improved")
-    sft_weight: float = Field(1.0, ge=0, description="weight of the auxiliary SFT loss")
+    improvement: Literal["reference", "any_gain"] = Field(
+        "reference", description="reference: the retry succeeds and beats its base (more reward or fewer steps); "
+        "any_gain: any reward gain counts")
+    success_reward: float = Field(1.0, description="the reward at which an episode counts as a success")
+    retries_per_base: int = Field(1, gt=0, description="retries one base episode may get")
+    fill_unused_slots: Literal["none", "fresh"] = Field(
+        "none", description="retry slots no base episode takes: none = the group is smaller (R3L's ALFWorld code); "
+        "fresh = one more unguided episode each (its WebShop, ScienceWorld and math code)")
+    train_success_reflections: bool = Field(True, description="train the reflection on a successful base episode "
+                                            "whose report says 'success' as SFT (R3L's code)")
+    sft_weight: float = Field(1.0, ge=0, description="advantage (weight) of each auxiliary SFT sample")
     reflect_on_success: bool = Field(True, description="also reflect on successful base episodes (may retry "
                                      "an inefficient success)")
-    reflection_max_new_tokens: int = Field(512, gt=0)
+    reflection_max_new_tokens: int = Field(4096, gt=0)
     reflect_prompt: str | None = Field(None, description="text file replacing the reflection template")
-    guidance_prompt: str | None = Field(None, description="text file replacing the guidance template")
+    guidance_prompt: str | None = Field(None, description="text file replacing the guidance template "
+                                        "(r3l/prompts/r3l_guidance_brief.txt: root cause and suggestion only)")
+
+
+@dataclass
+class Reflection:
+    """The reflection on one base episode: the prompt it answered, what the model wrote, the parsed report."""
+    prompt: TokenConversation
+    completion: Completion
+    result: Report | ReportError
+
+    @property
+    def report(self) -> Report | None:
+        return self.result if isinstance(self.result, Report) else None
+
+
+@dataclass
+class Retry:
+    start: EpisodeStart
+    episode: Trajectory
+    improved: bool = False
+
+
+@dataclass
+class BaseRun:
+    """One base episode and what came of it: its reflection and its retries."""
+    task: Task
+    group: str
+    run: str  # shared by the base and its retries in the records
+    episode: Trajectory
+    reflection: Reflection | None = None
+    retries: list[Retry] = field(default_factory=list)
+
+    @property
+    def wants_retry(self) -> bool:
+        report = self.reflection.report if self.reflection is not None else None
+        return report is not None and needs_retry(report)
 
 
 def step_log(trajectory: Trajectory) -> list[tuple[str, str | None, str]]:
@@ -59,168 +108,204 @@ class R3LStrategy(Strategy):
         super().__init__(context, **settings)
         self.reflect_template = load_reflect_template(self.settings.reflect_prompt)
         self.guidance_template = load_guidance_template(self.settings.guidance_prompt)
-
-    # --- reflection -----------------------------------------------------------------------------
-    def _reflect(self, bases: Sequence[Trajectory], seed: int | None
-                 ) -> list[tuple[TokenConversation, Completion, Report | ReportError] | None]:
-        c, s = self.context, self.settings
-        rules = c.prompt_format.system_prompt or self.runner.system_prompt or ""
-        chosen = [b for b in bases if s.reflect_on_success or not b.success]
-        asks = {id(b): TokenConversation.start(c.tokenizer, [{"role": "user", "content": reflection_prompt(
-            step_log(b), b.feedback, rules, self.reflect_template)}]) for b in chosen}
-        params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, stop=(), seed=seed)
-        completions = c.generator.generate([asks[id(b)].tokens for b in chosen], params, n=1) if chosen else []
-        done = {}
-        for base, (completion,) in zip(chosen, completions):
-            try:
-                result: Report | ReportError = parse_report(completion.text, base.num_steps)
-            except ReportError as error:
-                result = error
-            done[id(base)] = (asks[id(base)], completion, result)
-        return [done.get(id(b)) for b in bases]
+        self.improved = IMPROVEMENT_RULES.get(self.settings.improvement)
 
     # --- one training step ----------------------------------------------------------------------
     def explore(self, tasks: Sequence[Task], step: int):
         c, s = self.context, self.settings
         seed = None if c.sampling.seed is None else c.sampling.seed + step
-        params = replace(c.sampling, seed=seed)
         n_base, n_retry = split_budget(c.group_size, s.base_fraction, s.reflect_retry)
-        if n_retry and s.retry_from == "pivot" and self.runner.retry_from_pivot and not self.runner.deterministic:
-            raise UserError(f"environment '{self.runner.env_name}' is not deterministic, so a retry cannot replay the "
-                            "base episode up to its pivot; set algorithm.strategy_args.retry_from=scratch")
-        bases = self.runner.run([EpisodeStart(task) for task in tasks for _ in range(n_base)], params)
-        reflections = self._reflect(bases, None if seed is None else seed + 1) if n_retry else [None] * len(bases)
-        stats = ReportStats()
-        stats.extend(r[2] for r in reflections if r is not None)
-
-        starts, retried_base = [], []
-        for t, task in enumerate(tasks):
-            members = range(t * n_base, (t + 1) * n_base)
-            candidates = [i for i in members if reflections[i] is not None and isinstance(reflections[i][2], Report)
-                          and needs_retry(reflections[i][2])]
-            for i in choose_retries(candidates, n_retry):
-                report = reflections[i][2]
-                pivot = report.retry_from_step if s.retry_from == "pivot" and self.runner.retry_from_pivot else 0
-                starts.append(EpisodeStart(task, bases[i], pivot, build_guidance(report, self.guidance_template)))
-                retried_base.append(i)
-        retry_params = replace(params, seed=None if seed is None else seed + 2)
-        played = self.runner.run(starts, retry_params) if starts else []
-        kept = [(start, retry, i) for start, retry, i in zip(starts, played, retried_base)
-                if retry.termination != "replay_mismatch"]
-        pivots = {i: start.pivot for start, _, i in kept}
-
-        experiences: list[Experience] = []
-        sft_reflections: set[int] = set()
-        outcomes = []
-        for t, task in enumerate(tasks):
-            group = f"step{step}-{task.id}"
-            for i in range(t * n_base, (t + 1) * n_base):
-                experiences.append(self._base_experience(bases[i], group, f"{group}/base{i - t * n_base}",
-                                                         reflections[i], pivots.get(i)))
-            for start, retry, i in kept:
-                if i // n_base != t:  # retries of another task's base episodes (a batch may repeat a task)
-                    continue
-                base = bases[i]
-                better = improved(retry.reward, retry.success, retry.num_steps, base.reward, base.success, base.num_steps)
-                outcomes.append((start, retry, i, better))
-                run = f"{group}/base{i - t * n_base}"
-                experiences.append(self._retry_experience(retry, start, group, run, better))
-                if better and s.aux_sft:
-                    if i not in sft_reflections:
-                        sft_reflections.add(i)
-                        experiences.append(self._reflection_sft(reflections[i], retry, group, run))
-                    experiences.append(self._guided_sft(retry, start, group, run))
-        groups = [bases[t * n_base:(t + 1) * n_base] for t in range(len(tasks))]
-        metrics = self._metrics(groups, bases, outcomes, reflections, stats, n_retry * len(tasks),
-                                len(played) - len(kept))
+        self._check_replayable(n_retry)
+        groups = self._play_bases(tasks, step, n_base, seed)
+        runs = [run for group in groups for run in group]
+        if n_retry:
+            self._reflect(runs, None if seed is None else seed + 1)
+        mismatches, fills = self._retry(groups, n_retry, None if seed is None else seed + 2)
+        experiences = [e for run in runs + fills for e in self._experiences(run)]
+        metrics = self._metrics(groups, n_retry * len(tasks), mismatches)
+        if s.fill_unused_slots == "fresh":
+            metrics["filled_slots"] = float(len(fills))
         return experiences, metrics
 
+    def _check_replayable(self, n_retry: int) -> None:
+        if n_retry and self.settings.retry_from == "pivot" and self.runner.retry_from_pivot \
+                and not self.runner.deterministic:
+            raise UserError(f"environment '{self.runner.env_name}' is not deterministic, so a retry cannot replay the "
+                            "base episode up to its pivot; set algorithm.strategy_args.retry_from=scratch")
+
+    def _play_bases(self, tasks: Sequence[Task], step: int, n_base: int, seed: int | None) -> list[list[BaseRun]]:
+        """`n_base` base episodes per task, one list per task in the batch."""
+        episodes = self.runner.run([EpisodeStart(task) for task in tasks for _ in range(n_base)],
+                                   replace(self.context.sampling, seed=seed))
+        repeated = {task.id for task in tasks if [t.id for t in tasks].count(task.id) > 1}
+        groups = []
+        for t, task in enumerate(tasks):
+            group = f"step{step}-{task.id}"  # a task given twice in a batch is one group, as in the plain strategy
+            run = f"{group}@{t}" if task.id in repeated else group
+            groups.append([BaseRun(task, group, f"{run}/base{k}", episodes[t * n_base + k]) for k in range(n_base)])
+        return groups
+
+    def _reflect(self, runs: Sequence[BaseRun], seed: int | None) -> None:
+        """One report per base episode (successes too, unless reflect_on_success is off); bad reports are kept
+        with their reason, never fatal."""
+        c, s = self.context, self.settings
+        rules = c.prompt_format.system_prompt or self.runner.system_prompt or ""
+        chosen = [run for run in runs if s.reflect_on_success or not run.episode.success]
+        if not chosen:
+            return
+        prompts = [TokenConversation.start(c.tokenizer, [{"role": "user", "content": reflection_prompt(
+            step_log(run.episode), run.episode.feedback, rules, self.reflect_template)}]) for run in chosen]
+        params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, stop=(), seed=seed)
+        completions = c.generator.generate([prompt.tokens for prompt in prompts], params, n=1)
+        for run, prompt, (completion,) in zip(chosen, prompts, completions):
+            try:
+                result: Report | ReportError = parse_report(completion.text, run.episode.num_steps)
+            except ReportError as error:
+                result = error
+            run.reflection = Reflection(prompt, completion, result)
+
+    def _retry(self, groups: Sequence[Sequence[BaseRun]], n_retry: int, seed: int | None
+               ) -> tuple[int, list[BaseRun]]:
+        """Retry the chosen base episodes of each task from their pivots (and, with fill_unused_slots=fresh, play
+        one more unguided episode per slot left over). Returns (replays that did not match, the extra episodes)."""
+        s = self.settings
+        chosen, fills = [], []
+        for group in groups:
+            picked = choose_retries([run for run in group if run.wants_retry], n_retry, s.retries_per_base)
+            chosen += picked
+            if s.fill_unused_slots == "fresh":
+                fills += [(group[0], n) for n in range(n_retry - len(picked))]
+        from_pivot = s.retry_from == "pivot" and self.runner.retry_from_pivot
+        starts = [EpisodeStart(run.task, run.episode, run.reflection.report.retry_from_step if from_pivot else 0,
+                               build_guidance(run.reflection.report, self.guidance_template)) for run in chosen]
+        starts += [EpisodeStart(first.task) for first, _ in fills]
+        if not starts:
+            return 0, []
+        played = self.runner.run(starts, replace(self.context.sampling, seed=seed))
+        mismatches = 0
+        for run, start, episode in zip(chosen, starts, played):
+            if episode.termination == "replay_mismatch":
+                mismatches += 1
+                continue
+            base = run.episode
+            better = self.improved(episode.reward, episode.num_steps, base.reward, base.num_steps, s.success_reward)
+            run.retries.append(Retry(start, episode, better))
+        extra = [BaseRun(first.task, first.group, f"{first.run.rsplit('/', 1)[0]}/fill{n}", episode)
+                 for (first, n), episode in zip(fills, played[len(chosen):])]
+        return mismatches, extra
+
     # --- experiences ----------------------------------------------------------------------------
-    def _base_experience(self, base: Trajectory, group: str, run: str, reflection, pivot: int | None) -> Experience:
-        experience = trajectory_experience(base, group, "base", run=run)
-        if reflection is not None:
-            _, completion, result = reflection
-            experience.meta["reflection"] = completion.text
-            if isinstance(result, Report):
-                experience.meta["report"] = asdict(result)
+    def _experiences(self, run: BaseRun) -> list[Experience]:
+        s = self.settings
+        records = [self._base_experience(run)]
+        records += [self._retry_experience(run, retry) for retry in run.retries]
+        if s.aux_sft:
+            improving = [retry for retry in run.retries if retry.improved]
+            if improving:
+                records.append(self._reflection_sft(run, reward=improving[0].episode.reward))
+            records += [self._guided_sft(run, retry) for retry in improving]
+            if not improving and s.train_success_reflections and self._perfect(run):
+                records.append(self._reflection_sft(run, reward=run.episode.reward, of="success_reflection"))
+        return records
+
+    def _perfect(self, run: BaseRun) -> bool:
+        """A successful base episode whose valid report also says 'success'."""
+        report = run.reflection.report if run.reflection is not None else None
+        return (report is not None and report.trajectory_outcome == "success"
+                and run.episode.reward >= self.settings.success_reward)
+
+    def _base_experience(self, run: BaseRun) -> Experience:
+        experience = trajectory_experience(run.episode, run.group, "base", run=run.run)
+        if run.reflection is not None:
+            experience.meta["reflection"] = run.reflection.completion.text
+            if run.reflection.report is not None:
+                experience.meta["report"] = asdict(run.reflection.report)
             else:
-                experience.meta["report_error"] = result.reason_code
-        if pivot is not None:
+                experience.meta["report_error"] = run.reflection.result.reason_code
+        if run.retries:  # the shared prefix is the one of its (first) retry
+            pivot = run.retries[0].start.pivot
             experience.pivot = pivot
             if self.settings.pivotal_credit:
                 experience.loss_mask = pivotal_mask(experience.loss_mask, experience.turn_spans, pivot)
         return experience
 
-    def _retry_experience(self, retry: Trajectory, start: EpisodeStart, group: str, run: str,
-                          better: bool) -> Experience:
+    def _retry_experience(self, run: BaseRun, retry: Retry) -> Experience:
         s = self.settings
-        conversation = retry.mirror if s.distill_guidance else retry.conversation
-        experience = trajectory_experience(retry, group, "retry", conversation, run=run, guidance=start.guidance,
-                                           retry_from=s.retry_from, improved=better,
-                                           base_reward=start.base.reward, base_success=start.base.success,
+        episode, start = retry.episode, retry.start
+        conversation = episode.distilled if s.distill_guidance else episode.conversation
+        experience = trajectory_experience(episode, run.group, "retry", conversation, run=run.run,
+                                           guidance=start.guidance, retry_from=s.retry_from, improved=retry.improved,
+                                           base_reward=run.episode.reward, base_success=run.episode.success,
                                            guidance_in_tokens=not s.distill_guidance)
         experience.pivot = start.pivot
         if s.pivotal_credit:
             experience.loss_mask = pivotal_mask(experience.loss_mask, experience.turn_spans, start.pivot)
         return experience
 
-    def _reflection_sft(self, reflection, retry: Trajectory, group: str, run: str) -> Experience:
-        asked, completion, _ = reflection
-        conversation = asked.copy()
-        conversation.add_assistant(completion, trained=True)
-        return Experience(group=group, kind="sft", tokens=list(conversation.tokens),
-                          loss_mask=list(conversation.loss_mask), logprobs=list(conversation.logprobs),
-                          reward=retry.reward, advantage=self.settings.sft_weight,
-                          turn_spans=list(conversation.turn_spans), text=completion.text,
-                          meta={"task_id": retry.task.id, "run": run, "improved": True, "sft_of": "reflection"})
+    def _reflection_sft(self, run: BaseRun, reward: float, of: str = "reflection") -> Experience:
+        conversation = run.reflection.prompt.copy()
+        conversation.add_assistant(run.reflection.completion, trained=True)
+        return conversation_experience(conversation, run.group, "sft", reward, run.reflection.completion.text,
+                                       objective="sft", advantage=self.settings.sft_weight, task_id=run.task.id,
+                                       run=run.run, sft_of=of, improved=of == "reflection")
 
-    def _guided_sft(self, retry: Trajectory, start: EpisodeStart, group: str, run: str) -> Experience:
-        conversation = retry.conversation
-        experience = trajectory_experience(retry, group, "sft", conversation, run=run, improved=True,
-                                           sft_of="guided_retry", guidance=start.guidance)
-        experience.loss_mask = turns_only(conversation.loss_mask, conversation.turn_spans, start.pivot)
+    def _guided_sft(self, run: BaseRun, retry: Retry) -> Experience:
+        conversation = retry.episode.conversation
+        experience = trajectory_experience(retry.episode, run.group, "sft", conversation, run=run.run, improved=True,
+                                           sft_of="guided_retry", guidance=retry.start.guidance)
+        experience.loss_mask = turns_only(conversation.loss_mask, conversation.turn_spans, retry.start.pivot)
+        experience.objective = "sft"
         experience.advantage = self.settings.sft_weight
-        experience.pivot = start.pivot
+        experience.pivot = retry.start.pivot
         return experience
 
     # --- metrics --------------------------------------------------------------------------------
-    def _metrics(self, groups, bases, outcomes, reflections, stats: ReportStats, slots: int, mismatches: int):
-        metrics = episode_metrics(groups)
-        reflection_tokens = [len(r[1].tokens) if r is not None else 0 for r in reflections]
+    def _metrics(self, groups: Sequence[Sequence[BaseRun]], slots: int, mismatches: int):
+        runs = [run for group in groups for run in group]
+        bases = [run.episode for run in runs]
+        metrics = episode_metrics([[run.episode for run in group] for group in groups])
+        reflected = [run for run in runs if run.reflection is not None]
+        stats = ReportStats()
+        stats.extend(run.reflection.result for run in reflected)
         metrics.update(stats.metrics())
-        metrics["reflection_length"] = sum(reflection_tokens) / max(1, sum(r is not None for r in reflections))
+        reflection_tokens = {id(run): len(run.reflection.completion.tokens) for run in reflected}
+        metrics["reflection_length"] = sum(reflection_tokens.values()) / max(1, len(reflected))
+        retries = [(run, retry) for run in runs for retry in run.retries]
         metrics["replay_mismatches"] = float(mismatches)
-        metrics["retry_slots_unused"] = (slots - len(outcomes) - mismatches) / slots if slots else 0.0
+        metrics["retry_slots_unused"] = (slots - len(retries) - mismatches) / slots if slots else 0.0
         successes = sum(b.success for b in bases)
         metrics.update({"base_count": float(len(bases)), "base_successes": float(successes),
-                        "base_generated_tokens": float(sum(b.generated_tokens for b in bases))})
+                        "base_generated_tokens": float(sum(b.generated_tokens for b in bases)),
+                        "success_reflections_trained": float(sum(
+                            self.settings.aux_sft and self.settings.train_success_reflections
+                            and not any(r.improved for r in run.retries) and self._perfect(run) for run in runs))})
         if successes:
             metrics["generated_tokens_per_success/base"] = sum(b.generated_tokens for b in bases) / successes
-        metrics["generated_tokens"] += sum(reflection_tokens)
-        if not outcomes:
+        metrics["generated_tokens"] += sum(reflection_tokens.values())
+        if not retries:
             return metrics
-        retries = [retry for _, retry, _, _ in outcomes]
-        pivots = [start.pivot for start, *_ in outcomes]
+        episodes = [retry.episode for _, retry in retries]
+        pivots = [retry.start.pivot for _, retry in retries]
         metrics.update({
-            "retry_count": float(len(retries)),
-            "retry_success": mean(float(r.success) for r in retries),
-            "retry_reward": mean(r.reward for r in retries),
-            "retry_improvement_rate": mean(float(better) for *_, better in outcomes),
+            "retry_count": float(len(episodes)),
+            "retry_success": mean(float(e.success) for e in episodes),
+            "retry_reward": mean(e.reward for e in episodes),
+            "retry_improvement_rate": mean(float(retry.improved) for _, retry in retries),
             "pivot_mean": mean(pivots),
             "pivot_zero_fraction": mean(float(p == 0) for p in pivots),
-            "pivot_relative_mean": mean(start.pivot / max(1, bases[i].num_steps) for start, _, i, _ in outcomes),
-            "retry_tokenization_drift_rate": mean(float(r.conversation.drift() > 0) for r in retries),
-            **termination_metrics(retries, prefix="retry_"),
+            "pivot_relative_mean": mean(retry.start.pivot / max(1, run.episode.num_steps) for run, retry in retries),
+            "retry_tokenization_drift_rate": mean(float(e.conversation.drift() > 0) for e in episodes),
+            **termination_metrics(episodes, prefix="retry_"),
         })
-        retry_tokens = sum(r.generated_tokens for r in retries)
+        retry_tokens = sum(e.generated_tokens for e in episodes)
         metrics["generated_tokens"] += retry_tokens
         # what a successful retry cost: the tokens generated after the pivot and the reflections the
         # retries needed (once per retried base)
-        reflected = sum(reflection_tokens[i] for i in {i for _, _, i, _ in outcomes})
-        cost = retry_tokens + reflected
-        retry_successes = sum(r.success for r in retries)
+        reflected_cost = sum(reflection_tokens[id(run)] for run in {id(run): run for run, _ in retries}.values())
+        cost = retry_tokens + reflected_cost
+        retry_successes = sum(e.success for e in episodes)
         metrics.update({"retry_successes": float(retry_successes), "retry_generated_tokens": float(retry_tokens),
-                        "retry_reflection_tokens": float(reflected)})
+                        "retry_reflection_tokens": float(reflected_cost)})
         if retry_successes:
             metrics[f"generated_tokens_per_success/retry_{self.settings.retry_from}"] = cost / retry_successes
         return metrics

@@ -19,29 +19,6 @@ from r3l.learner.schedule import make_scheduler
 from r3l.models.cache import cache_of, with_cache
 
 
-AUX_SFT_KIND = "sft"
-
-
-def assign_advantages(experiences: Sequence[Experience], name: str, args: dict) -> None:
-    """Compute the advantage of every experience from the rewards of its group, in place.
-
-    Auxiliary SFT samples (kind "sft") compete with no group: their advantage is the SFT weight the
-    strategy set, and it is left as it is.
-    """
-    experiences = [e for e in experiences if e.kind != AUX_SFT_KIND]
-    if not experiences:
-        return
-    group_index: dict[str, int] = {}
-    group_ids = torch.tensor([group_index.setdefault(e.group, len(group_index)) for e in experiences])
-    rewards = torch.tensor([e.reward for e in experiences], dtype=torch.float32)
-    try:
-        advantages = ADVANTAGES.get(name)(rewards, group_ids, **args)
-    except TypeError as error:
-        raise UserError(f"bad algorithm.advantage_args for '{name}': {error}") from None
-    for experience, value in zip(experiences, advantages.tolist()):
-        experience.advantage = float(value)
-
-
 def split_head(model):
     """(decoder, LM head) of a transformers causal LM (LoRA-wrapped or not), or (None, None) if unknown."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -156,13 +133,15 @@ class Learner:
         return {name: tensor.to(self.device) for name, tensor in batch.items()}
 
     def _loss_parts(self, trained: Sequence[Experience]) -> list[tuple[str, list[Experience], object, dict]]:
-        """(name, experiences, loss function, loss args): policy experiences use the algorithm's loss,
-        auxiliary SFT samples the advantage-weighted NLL; each part is normalised by its own size."""
-        policy = [e for e in trained if e.kind != AUX_SFT_KIND]
-        aux = [e for e in trained if e.kind == AUX_SFT_KIND]
-        parts = [("policy", policy, self.loss_fn, self.algorithm.loss_args)]
-        if aux:
-            parts.append(("sft", aux, POLICY_LOSSES.get("sft"), {"weighted": True}))
+        """(name, experiences, loss function, loss args), each part normalised on its own. SFT-objective
+        samples join the policy part (algorithm.sft_loss=policy_loss: a positive sample whose advantage is
+        its weight) or form their own part trained by the weighted NLL (sft_loss=nll)."""
+        if self.algorithm.sft_loss == "policy_loss":
+            return [("policy", list(trained), self.loss_fn, self.algorithm.loss_args)]
+        policy = [e for e in trained if e.objective == "policy"]
+        sft = [e for e in trained if e.objective == "sft"]
+        parts = [("policy", policy, self.loss_fn, self.algorithm.loss_args),
+                 ("sft", sft, POLICY_LOSSES.get("sft"), {"weighted": True})]
         return [part for part in parts if part[1]]
 
     def _denominator(self, experiences: Sequence[Experience]) -> float:
@@ -181,6 +160,7 @@ class Learner:
         if not trained:
             return {"trained_tokens": 0.0}
         all_tokens = sum(e.num_trained_tokens for e in trained)
+        kl_denominator = self._denominator(trained)  # one KL mean over every trained token, whatever the part
         skipped = 0
         plan = []  # (part name, experiences, micro-batches, loss function, loss args, denominator)
         for name, members, loss_fn, loss_args in self._loss_parts(trained):
@@ -200,8 +180,8 @@ class Learner:
                 for index, mb in enumerate(batches):
                     batch = self._collate([members[i] for i in mb])
                     old = stored_old[name][index] if stored_old else None
-                    finite &= self._accumulate(batch, old, denominator, sums, update == 0, loss_fn, loss_args,
-                                               prefix="" if name == "policy" else f"{name}_")
+                    finite &= self._accumulate(batch, old, denominator, kl_denominator, sums, update == 0, loss_fn,
+                                               loss_args, prefix="" if name == "policy" else f"{name}_")
             for parameter in self.model.parameters():  # skipped experiences still count as zero gradients
                 if parameter.requires_grad and parameter.grad is None:
                     parameter.grad = torch.zeros_like(parameter)
@@ -232,12 +212,13 @@ class Learner:
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics["trained_tokens"] = float(all_tokens)
         metrics["skipped_zero_advantage"] = float(skipped)
-        if len(plan) > 1 or (plan and plan[0][0] != "policy"):
-            metrics["sft_samples"] = float(sum(len(members) for name, members, *_ in plan if name == "sft"))
+        sft_samples = sum(e.objective == "sft" for e in trained)
+        if sft_samples:
+            metrics["sft_samples"] = float(sft_samples)
         return metrics
 
-    def _accumulate(self, batch, old_logprobs, denominator: float, sums: dict[str, float], first_pass: bool,
-                    loss_fn, loss_args: dict, prefix: str = "") -> bool:
+    def _accumulate(self, batch, old_logprobs, denominator: float, kl_denominator: float, sums: dict[str, float],
+                    first_pass: bool, loss_fn, loss_args: dict, prefix: str = "") -> bool:
         """Add one micro-batch's gradient; `sums` collects the loss, KL and token-weighted metrics
         (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False (and no backward
         pass) when the loss is not finite."""
@@ -250,7 +231,7 @@ class Learner:
             with torch.no_grad():
                 ref_logprobs = self._logprobs(self.ref_model, batch)[0]
             kl = aggregate(kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator), mask,
-                           self.algorithm.aggregation, denominator)
+                           self.algorithm.aggregation, kl_denominator)
             loss = loss + self.algorithm.kl_coef * kl
             sums["kl"] += kl.item() / self.algorithm.updates_per_batch
         sums["loss"] += loss.item()

@@ -5,13 +5,18 @@ replacement, so braces in rules, logs or model text are left alone.
 """
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from typing import Sequence
 
 from r3l.reflection.prompts import read_template
 from r3l.reflection.report import Report
 
 REFLECT_TEMPLATE = "r3l_reflect.txt"  # placeholders {rules}, {log}, {num_steps}
-GUIDANCE_TEMPLATE = "r3l_guidance.txt"  # placeholders {root_cause}, {suggestion}
+# placeholders {report} (the whole report as indented JSON, as R3L's code gives it), or its fields {summary},
+# {outcome}, {root_cause}, {suggestion}, {retry_from_step}; r3l_guidance_brief.txt holds only the root cause and
+# the suggestion
+GUIDANCE_TEMPLATE = "r3l_guidance.txt"
 
 
 def load_reflect_template(path: str | None = None) -> str:
@@ -59,5 +64,7 @@ def build_guidance(report: Report, template: str | None = None) -> str:
     if not report.improvement_suggestion:
         raise ValueError("guidance needs a report with an improvement_suggestion (a retry report)")
     template = load_guidance_template() if template is None else template
-    return _fill(template, root_cause=report.root_cause_analysis.strip(),
-                 suggestion=report.improvement_suggestion.strip())
+    return _fill(template, report=json.dumps(asdict(report), indent=2, ensure_ascii=False),
+                 summary=report.trajectory_summary.strip(), outcome=report.trajectory_outcome,
+                 root_cause=report.root_cause_analysis.strip(), suggestion=report.improvement_suggestion.strip(),
+                 retry_from_step=str(report.retry_from_step))

@@ -10,7 +10,10 @@ PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
 
 def read_template(path: str | None, default_name: str) -> str:
+    """A template from a text file, a file name shipped in r3l/prompts/, or the default."""
     file = Path(path) if path else PROMPT_DIR / default_name
+    if path and not file.exists() and (PROMPT_DIR / path).is_file():
+        file = PROMPT_DIR / path
     if not file.exists():
         raise UserError(f"prompt template {file} does not exist; point the setting at an existing text file")
     return file.read_text().strip()

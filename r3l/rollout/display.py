@@ -30,6 +30,8 @@ def header(experience: Experience) -> str:
     meta = experience.meta
     style = KIND_STYLES.get(experience.kind, "bold")
     parts = [f"[{style}]{experience.kind}[/]", f"group={experience.group}"]
+    if experience.objective != "policy":
+        parts.append(f"objective={experience.objective}")
     if "run" in meta:
         parts.append(f"run={meta['run']}")
     parts += [f"reward={experience.reward:.3f}", f"advantage={experience.advantage:+.3f}",

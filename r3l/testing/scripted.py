@@ -7,7 +7,8 @@ retry request a second answer that is right about half of the time (it solves co
 prompts itself), otherwise a wrong first answer. In an agent game (a system prompt asking for <action>
 tags) it plays one of the admissible actions the observation lists ("Valid actions: ..."), never the
 same one twice in a row; asked for an R3L report it writes a valid JSON report whose pivot it draws
-from the trajectory's steps (outcome "success" when the log's final feedback says the task was completed).
+from the trajectory's steps (outcome "success" or, for half the longer ones, "success_but_inefficient" when the
+log's final feedback says the task was completed).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def report_for(log_prompt: str, draw: float) -> str:
     found = re.search(r"\((\d+) steps, numbered from 0\)", log_prompt)
     steps = int(found.group(1)) if found else 1
     completed = log_prompt.rsplit("Final feedback:", 1)[-1].strip().lower().startswith("task completed")
-    if completed and steps <= 1:
+    if completed and (steps <= 1 or draw < 0.5):  # half the longer successes are judged inefficient
         return json.dumps({"trajectory_summary": "The agent completed the task.", "root_cause_analysis":
                            "Every step moved toward the goal.", "trajectory_outcome": "success",
                            "improvement_suggestion": None, "retry_from_step": None})
@@ -122,9 +123,10 @@ class ScriptedGenerator(HFGenerator):
         users = [t[len("user"):].strip() for t in turns if t.startswith("user")]
         last = users[-1].lower() if users else prompt_text.lower()
         first_question = users[0] if users else prompt_text
-        if REPORT_MARKER in last:
+        game = any(t.startswith("system") and GAME_MARKER in t for t in turns)
+        if REPORT_MARKER in last and not game:  # a game turn may quote a report (R3L's guidance): still a move
             return report_for(users[-1], coin("report", prompt_text, sample, seed))
-        if any(t.startswith("system") and GAME_MARKER in t for t in turns):
+        if game:
             played = re.findall(r"<action>(.*?)</action>", "".join(t for t in turns if t.startswith("assistant")))
             action = game_action(users[-1] if users else "", played[-1].strip() if played else None,
                                  coin("act", prompt_text, sample, seed, self.calls))
