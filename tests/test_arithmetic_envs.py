@@ -137,7 +137,7 @@ def test_make_builds_both_and_rejects_bad_settings():
     assert isinstance(r3l.envs.make("gsm", train_size=2, test_size=2), GsmEnv)
     with pytest.raises(UserError, match="bad settings for environment 'arithmetic'"):
         r3l.envs.make("arithmetic", min_terms=3, max_terms=2)
-    with pytest.raises(UserError, match="bad settings for environment 'gsm'"):
+    with pytest.raises(UserError, match="environment 'gsm' has no setting env.args.max_digits; its settings: "):
         r3l.envs.make("gsm", max_digits=3)
 
 

@@ -183,5 +183,5 @@ def test_make_by_name_and_unknown_name():
     assert isinstance(env, CountdownEnv) and len(env.tasks("test")) == 2
     with pytest.raises(UserError, match="unknown environment 'nope'"):
         r3l.envs.make("nope")
-    with pytest.raises(UserError, match="bad settings for environment 'countdown'"):
+    with pytest.raises(UserError, match="environment 'countdown' has no setting env.args.colour"):
         r3l.envs.make("countdown", colour="red")
