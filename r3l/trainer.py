@@ -14,14 +14,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from r3l.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES
+from r3l.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.build import agent_limits, build_parts, eval_params, reflection_prompts
 from r3l.config import Config, dump_config
 from r3l.evaluate import held_out_evaluation, r3_table
 from r3l.errors import RunStopped, UserError
 from r3l.experience import write_jsonl
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
-from r3l.algorithms import assign_advantages
 from r3l.learner.learner import Learner, apply_lora
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console

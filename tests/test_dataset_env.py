@@ -124,7 +124,8 @@ def test_malformed_line_names_file_and_line(tmp_path):
 def test_missing_column_names_line_and_setting(tmp_path):
     path = write_jsonl(tmp_path / "data.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"},
                                                  {"prompt": "c", "solution": "3"}])
-    with pytest.raises(UserError, match=rf"^{path} line 3: no column 'answer'; add it to this row \(other rows have it\)$"):
+    fix = r"add it to this row \(other rows have it\)"
+    with pytest.raises(UserError, match=rf"^{path} line 3: no column 'answer'; {fix}$"):
         DatasetEnv(path=str(path))
     elsewhere = write_jsonl(tmp_path / "other.jsonl", [{"prompt": "a", "solution": "1"}])
     with pytest.raises(UserError, match=r"line 1: no column 'answer'; set env.args.answer_column$"):

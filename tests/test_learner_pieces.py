@@ -1,8 +1,6 @@
 """Pure learner helpers: batching alignment, micro-batches, schedules, task sampling, Wilson intervals."""
-import math
 
 import pytest
-import torch
 
 from r3l.envs import Task
 from r3l.evaluate import wilson_interval

@@ -122,7 +122,8 @@ def test_source_settings_hide_the_answer_only_where_the_source_can_show_it():
     ({"source": "math"}, "env.args.source must be a single-turn environment"),
     ({"source": "chess"}, "unknown environment 'chess'"),
     ({"source_args": ["train_size", 3]}, "source_args must be a mapping"),
-    ({"source": "countdown", "source_args": {"colour": "red"}}, "environment 'countdown' has no setting env.args.colour"),
+    ({"source": "countdown", "source_args": {"colour": "red"}},
+     "environment 'countdown' has no setting env.args.colour"),
     ({"retry_message": "{oops}"}, "unknown placeholder"),
     ({"attempts": 3}, "environment 'math' has no setting env.args.attempts"),
 ])

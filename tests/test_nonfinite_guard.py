@@ -28,7 +28,8 @@ def poisoned(loss_fn, when):
 def test_nonfinite_loss_is_never_applied(tiny):
     model, tokenizer = tiny
     policy = copy.deepcopy(model)
-    learner = Learner(policy, tokenizer, AlgorithmConfig(), TrainConfig(lr=1e-2, warmup_ratio=0.5, schedule="cosine", micro_batch_size=3),
+    train = TrainConfig(lr=1e-2, warmup_ratio=0.5, schedule="cosine", micro_batch_size=3)
+    learner = Learner(policy, tokenizer, AlgorithmConfig(), train,
                       temperature=1.0, autocast_bf16=False, total_steps=10)
     learner.loss_fn = poisoned(learner.loss_fn, lambda call: call == 2)  # the second micro-batch of the first update
     before = {name: p.detach().clone() for name, p in policy.named_parameters()}
@@ -64,7 +65,8 @@ def test_run_stops_after_the_limit_and_keeps_the_last_good_checkpoint(tmp_path):
                                 "sampling.max_new_tokens=8", "train.tasks_per_step=2", "train.micro_batch_size=4",
                                 "eval.size=0", "logging.progress=false", "logging.tensorboard=false",
                                 "generator.dtype=float32", "train.steps=8", "train.checkpoint_every=1",
-                                "train.max_nonfinite_updates=2", "train.keep_checkpoints=2", "train.skip_zero_advantage=false",
+                                "train.max_nonfinite_updates=2", "train.keep_checkpoints=2",
+                                "train.skip_zero_advantage=false",
                                 f"run.dir={tmp_path}", "run.name=nan"])
     trainer = Trainer(config)
     learner, update = trainer.learner, trainer.learner.update

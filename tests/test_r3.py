@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from r3l.config import load_config
 from r3l.envs import make

@@ -1,6 +1,5 @@
 """R3L's experience rules on hand-built episodes: which retries are trained as SFT, the reflection of a
 successful base, the SFT weights (one retry per base is checked on real games in test_r3l.py)."""
-import pytest
 
 from r3l.agent.episodes import EpisodeStart, Step, Trajectory
 from r3l.envs import Task

@@ -8,9 +8,8 @@ from typing import Sequence
 
 import torch
 
-from r3l.algorithms import ADVANTAGES, POLICY_LOSSES, aggregate, entropy_from_logits, kl_penalty, token_logprobs
+from r3l.algorithms import POLICY_LOSSES, aggregate, entropy_from_logits, kl_penalty, token_logprobs
 from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
-from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.learner.batching import (collate, collate_shared_prefix, forward_work, micro_batches, prefix_micro_batches,
                                   shared_prefix_length)
