@@ -1,6 +1,7 @@
 """Build the run's parts (policy, environment, generator, strategy) from a validated config."""
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -67,9 +68,13 @@ def resolve_device(name: str) -> torch.device:
 
 def make_generator(config: Config, model, tokenizer) -> Generator:
     import_submodules(*GENERATOR_PACKAGES)
-    cls = GENERATORS.get(config.generator.name)
-    settings: dict[str, Any] = {"dtype": DTYPES[config.generator.dtype], "prefill_chunk": config.generator.prefill_chunk}
-    return cls(model, tokenizer, **settings)
+    g = config.generator
+    cls = GENERATORS.get(g.name)
+    accepted = inspect.signature(cls.__init__).parameters
+    if g.engine_args and "engine_args" not in accepted:
+        raise UserError(f"generator '{g.name}' takes no generator.engine_args (they are passed to vLLM); remove them")
+    settings: dict[str, Any] = {"dtype": DTYPES[g.dtype], "prefill_chunk": g.prefill_chunk, "engine_args": g.engine_args}
+    return cls(model, tokenizer, **{name: value for name, value in settings.items() if name in accepted})
 
 
 def stop_strings(config: Config) -> tuple[str, ...]:

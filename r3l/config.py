@@ -55,7 +55,9 @@ class EnvConfig(Section):
 class GeneratorConfig(Section):
     name: str = "hf"
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
-    prefill_chunk: int = Field(64, gt=0)
+    prefill_chunk: int = Field(64, gt=0, description="hf: prompts prefilled together")
+    engine_args: dict[str, Any] = Field({}, description="vllm: arguments of vllm.LLM (max_model_len, "
+                                        "gpu_memory_utilization, enforce_eager, ...)")
     _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
 
 
