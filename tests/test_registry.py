@@ -25,4 +25,4 @@ def test_the_packages_find_their_own_modules():
                                                   "gsm", "math", "scienceworld", "textworld_express", "webshop"}
     import_submodules("r3l.explore", *GENERATOR_PACKAGES)
     assert set(STRATEGIES.names()) == {"plain", "r3", "r3l"}
-    assert set(GENERATORS.names()) == {"hf", "scripted"}
+    assert set(GENERATORS.names()) == {"hf", "scripted", "vllm"}
