@@ -19,7 +19,7 @@ from r3l.rollout.vllm import VLLMGenerator  # noqa: E402
 
 QUESTIONS = ["Calculate 2 + 3.", "Calculate 7 - 4 + 1.", "What is the capital of France?", "Name a colour.",
              "Calculate 9 - 8.", "Write one word that rhymes with cat.", "Calculate 5 + 5 - 2.", "Say hello."]
-ENGINE = {"max_model_len": 512, "enforce_eager": True}
+ENGINE = {"max_model_len": 2048, "enforce_eager": True}
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +92,44 @@ def test_outputs_follow_a_weight_sync_as_the_hf_generator_does(embedded, engines
     assert [row[0].tokens for row in vllm.generate(prompts(tokenizer), params)] == before
 
 
+def test_a_prompt_over_the_context_gets_an_empty_cut_reply_and_is_counted(embedded, engines):
+    _, vllm = engines
+    too_long = [1] * ENGINE["max_model_len"]
+    rows = vllm.generate([too_long, prompts(embedded[1])[0]], SamplingParams(temperature=1.0, max_new_tokens=4,
+                                                                             seed=1), n=2)
+    assert [(c.tokens, c.finish_reason) for c in rows[0]] == [([], "length")] * 2
+    assert len(rows[1]) == 2 and all(c.tokens for c in rows[1])
+    assert vllm.stats["prompts_over_context"] >= 1
+
+
 def test_top_p_is_refused_in_one_line(embedded, engines):
     from r3l.errors import UserError
 
     _, vllm = engines
     with pytest.raises(UserError, match="sampling.top_p=1.0"):
         vllm.generate(prompts(embedded[1])[:1], SamplingParams(top_p=0.9))
+
+
+def test_an_r3l_step_on_textworld_express_equals_the_hf_one_under_greedy_decoding(embedded, engines):
+    """Base episodes, reflections, retries and their records, token for token, through either generator."""
+    from functools import partial
+
+    from r3l.agent.episodes import AgentLimits
+    from r3l.envs import make
+    from r3l.explore import ExploreContext
+    from r3l.explore.r3l import R3LStrategy
+
+    _, tokenizer = embedded
+    make_env = partial(make, "textworld_express", games="coin", max_steps=4, train_size=2, test_size=1)
+    tasks = list(make_env().tasks("train"))[:1]
+    records = []
+    for generator in engines:
+        context = ExploreContext(make_env=make_env, generator=generator, tokenizer=tokenizer, group_size=4,
+                                 sampling=SamplingParams(temperature=0.0, max_new_tokens=48, stop=("</action>",)),
+                                 limits=AgentLimits(max_turns=4, terminate_on=()))
+        strategy = R3LStrategy(context, reflection_max_new_tokens=96)
+        experiences, _ = strategy.explore(tasks, step=0)
+        strategy.runner.close()
+        records.append([(e.kind, e.tokens, e.loss_mask, e.meta.get("sft_of")) for e in experiences])
+    hf, vllm = records
+    assert len(vllm) >= 2 and vllm == hf

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 import weakref
+from dataclasses import replace
 from typing import Any, Sequence
 
 import torch
@@ -54,7 +55,9 @@ class VLLMGenerator(Generator):
         settings = {"dtype": DTYPE_NAMES[dtype], "seed": 0, "enable_prefix_caching": True,
                     "logprobs_mode": "processed_logprobs", **COLOCATED.get(device, {}), **(engine_args or {})}
         self.llm = vllm.LLM(model=folder, **settings)
-        self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "weight_syncs": 0, "sync_seconds": 0.0}
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+        self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "weight_syncs": 0, "sync_seconds": 0.0,
+                       "prompts_over_context": 0}
 
     @property
     def stats(self) -> dict[str, float]:
@@ -81,10 +84,23 @@ class VLLMGenerator(Generator):
         from vllm.inputs import TokensPrompt
 
         started = time.perf_counter()
-        requests = [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts]
-        sampling = [self._sampling(params, n, request_seed(params.seed, index)) for index in range(len(prompts))]
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        results = [[self._completion(sample) for sample in output.outputs] for output in outputs]
+        greedy = params.temperature <= 0  # vLLM takes n = 1 only: the n greedy samples are one, copied
+        per_request = 1 if greedy else n
+        # a prompt that fills the engine's context gets an empty reply that ran out of length (counted): the
+        # caller's limits handle it like any reply cut short, where vLLM would fail the whole batch
+        fits = [index for index, prompt in enumerate(prompts) if len(prompt) < self.max_model_len]
+        self._stats["prompts_over_context"] += len(prompts) - len(fits)
+        requests = [TokensPrompt(prompt_token_ids=list(prompts[index])) for index in fits]
+        sampling = [self._sampling(params, per_request, request_seed(params.seed, index)) for index in fits]
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False) if requests else []
+        results = [[Completion([], [], "", "length")] for _ in prompts]
+        for index, output in zip(fits, outputs):
+            results[index] = [self._completion(sample) for sample in output.outputs]
+        if greedy and n > 1:
+            results = [[replace(row[0], tokens=list(row[0].tokens), logprobs=list(row[0].logprobs))
+                        for _ in range(n)] for row in results]
+        else:
+            results = [row if len(row) == n else row * n for row in results]
         self._stats["generated_tokens"] += sum(len(c.tokens) for row in results for c in row)
         self._stats["generate_seconds"] += time.perf_counter() - started
         return results
