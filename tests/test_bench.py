@@ -214,6 +214,22 @@ def test_bench_refuses_an_unknown_competitor(tmp_path):
                   sections="side_by_side")
 
 
+def test_bench_refuses_a_model_that_cannot_sample_in_one_line(tiny, tmp_path):
+    import copy
+
+    from r3l.bench.run import run_bench
+
+    model, tokenizer = tiny
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.get_output_embeddings().weight[0, 0] = float("nan")
+    broken.save_pretrained(tmp_path / "nan-model")
+    tokenizer.save_pretrained(tmp_path / "nan-model")
+    config = load_config(None, [*TINY_BENCH, f"model={tmp_path / 'nan-model'}", f"run.dir={tmp_path}"])
+    with pytest.raises(UserError, match="non-finite next-token logits in bfloat16 .* no side can sample"):
+        run_bench(config, vs="trl", out=tmp_path / "b", sections="side_by_side")
+
+
 def test_random_shape_models_build_without_download(tmp_path):
     from r3l.models import load_policy
     from r3l.models.random_shape import shape_settings

@@ -4,8 +4,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import torch
+
 from r3l.bench.records import StepRecord
 from r3l.config import Config
+from r3l.errors import UserError
 from r3l.envs import Task
 from r3l.rollout.chat import PromptFormat, encode_prompt
 from r3l.task_sampler import TaskSampler
@@ -40,6 +43,23 @@ class OursRunner:
         prompt_format = PromptFormat.from_config(self.config.env)
         return [encode_prompt(self.trainer.parts.tokenizer, prompt_format.messages(env.reset(t), env.system_prompt))
                 for t in tasks]
+
+    def check_sampling_is_possible(self, batch: list[Task]) -> None:
+        """One line, before either side runs, when the model's next-token logits on the bench's first prompts are
+        not finite in the generator's dtype: neither side could sample from them (TRL fails deep inside its
+        sampler; random-weight shapes in bf16 can do this)."""
+        generator = self.trainer.parts.generator
+        model = getattr(generator, "model", None)
+        if model is None:
+            return
+        device = next(model.parameters()).device
+        with torch.inference_mode():
+            for ids in self.prompt_ids(batch):
+                logits = model(input_ids=torch.tensor([ids], device=device), logits_to_keep=1).logits
+                if not bool(torch.isfinite(logits).all()):
+                    raise UserError(f"model '{self.config.model.name}' gives non-finite next-token logits in "
+                                    f"{self.config.generator.dtype} on the bench's first prompt, so no side can "
+                                    "sample from it; use a trained model or generator.dtype=float32")
 
     def step(self) -> StepRecord:
         generator = self.trainer.parts.generator

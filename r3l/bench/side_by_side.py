@@ -28,6 +28,7 @@ def side_by_side(ctx: BenchContext) -> SectionResult:
     ours = OursRunner(ctx.config, ctx.out_dir / OURS)
     steps = ctx.warmup + ctx.repeats
     batches = ours.upcoming_batches(steps)
+    ours.check_sampling_is_possible(batches[0])
     records: dict[str, list[StepRecord]] = {OURS: []}
     theirs = None
 
