@@ -46,7 +46,6 @@ class VLLMGenerator(Generator):
             raise UserError(MISSING) from None
         self._vllm = vllm
         self.tokenizer = tokenizer
-        self.stop_token_ids = {tokenizer.eos_token_id}
         folder = tempfile.mkdtemp(prefix="r3l-vllm-")
         weakref.finalize(self, shutil.rmtree, folder, True)
         model.save_pretrained(folder)
