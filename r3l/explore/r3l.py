@@ -9,6 +9,7 @@ Switches (algorithm.strategy_args): `reflect_retry` (off: every episode is a bas
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from statistics import mean
 from typing import Literal, Sequence
@@ -123,6 +124,8 @@ class R3LStrategy(Strategy):
         mismatches, fills = self._retry(groups, n_retry, None if seed is None else seed + 2)
         experiences = [e for run in runs + fills for e in self._experiences(run)]
         metrics = self._metrics(groups, n_retry * len(tasks), mismatches)
+        metrics["success_reflections_trained"] = float(sum(e.meta.get("sft_of") == "success_reflection"
+                                                           for e in experiences))
         if s.fill_unused_slots == "fresh":
             metrics["filled_slots"] = float(len(fills))
         return experiences, metrics
@@ -137,7 +140,7 @@ class R3LStrategy(Strategy):
         """`n_base` base episodes per task, one list per task in the batch."""
         episodes = self.runner.run([EpisodeStart(task) for task in tasks for _ in range(n_base)],
                                    replace(self.context.sampling, seed=seed))
-        repeated = {task.id for task in tasks if [t.id for t in tasks].count(task.id) > 1}
+        repeated = {task_id for task_id, count in Counter(task.id for task in tasks).items() if count > 1}
         groups = []
         for t, task in enumerate(tasks):
             group = f"step{step}-{task.id}"  # a task given twice in a batch is one group, as in the plain strategy
@@ -275,10 +278,7 @@ class R3LStrategy(Strategy):
         metrics["retry_slots_unused"] = (slots - len(retries) - mismatches) / slots if slots else 0.0
         successes = sum(b.success for b in bases)
         metrics.update({"base_count": float(len(bases)), "base_successes": float(successes),
-                        "base_generated_tokens": float(sum(b.generated_tokens for b in bases)),
-                        "success_reflections_trained": float(sum(
-                            self.settings.aux_sft and self.settings.train_success_reflections
-                            and not any(r.improved for r in run.retries) and self._perfect(run) for run in runs))})
+                        "base_generated_tokens": float(sum(b.generated_tokens for b in bases))})
         if successes:
             metrics["generated_tokens_per_success/base"] = sum(b.generated_tokens for b in bases) / successes
         metrics["generated_tokens"] += sum(reflection_tokens.values())

@@ -15,15 +15,11 @@ WANDB_MISSING = "W&B logging needs the wandb package: pip install 'r3l[wandb]'"
 
 
 def _finite_or_none(value: Any) -> Any:
-    """JSON has no NaN/inf: write non-finite floats as null; pass everything else through."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and callable(value.item):  # 0-d tensors / numpy scalars
-        try:
-            return _finite_or_none(value.item())
-        except (TypeError, ValueError):
-            return value
-    return value
+    """JSON has no NaN/inf: write non-finite numbers as null; numbers as plain ints/floats; the rest as it is."""
+    number = _number(value)
+    if number is None:
+        return value
+    return number if math.isfinite(number) else None
 
 
 def _number(value: Any) -> float | int | None:
@@ -56,8 +52,9 @@ class JsonlSink:
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Non-finite values are written as null and their keys listed under "nonfinite" (never dropped)."""
         row = {"step": int(step), "time": time.time()}
-        row.update({k: _finite_or_none(v) for k, v in metrics.items()})
-        nonfinite = sorted(k for k, v in metrics.items() if _finite_or_none(v) is None and v is not None)
+        values = {k: _finite_or_none(v) for k, v in metrics.items()}
+        row.update(values)
+        nonfinite = sorted(k for k, v in values.items() if v is None and metrics[k] is not None)
         if nonfinite:
             row["nonfinite"] = nonfinite
         self._file.write(json.dumps(row, allow_nan=False, default=str) + "\n")

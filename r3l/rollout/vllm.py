@@ -92,14 +92,11 @@ class VLLMGenerator(Generator):
         requests = [TokensPrompt(prompt_token_ids=list(prompts[index])) for index in fits]
         sampling = [self._sampling(params, per_request, request_seed(params.seed, index)) for index in fits]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False) if requests else []
-        results = [[Completion([], [], "", "length")] for _ in prompts]
+        results = [[Completion([], [], "", "length") for _ in range(n)] for _ in prompts]
         for index, output in zip(fits, outputs):
-            results[index] = [self._completion(sample) for sample in output.outputs]
-        if greedy and n > 1:
-            results = [[replace(row[0], tokens=list(row[0].tokens), logprobs=list(row[0].logprobs))
-                        for _ in range(n)] for row in results]
-        else:
-            results = [row if len(row) == n else row * n for row in results]
+            row = [self._completion(sample) for sample in output.outputs]
+            results[index] = row if not greedy else [replace(row[0], tokens=list(row[0].tokens),
+                                                             logprobs=list(row[0].logprobs)) for _ in range(n)]
         self._stats["generated_tokens"] += sum(len(c.tokens) for row in results for c in row)
         self._stats["generate_seconds"] += time.perf_counter() - started
         return results
