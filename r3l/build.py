@@ -71,9 +71,13 @@ def make_generator(config: Config, model, tokenizer) -> Generator:
     g = config.generator
     cls = GENERATORS.get(g.name)
     accepted = inspect.signature(cls.__init__).parameters
-    if g.engine_args and "engine_args" not in accepted:
-        raise UserError(f"generator '{g.name}' takes no generator.engine_args (they are passed to vLLM); remove them")
-    settings: dict[str, Any] = {"dtype": DTYPES[g.dtype], "prefill_chunk": g.prefill_chunk, "engine_args": g.engine_args}
+    settings: dict[str, Any] = {"prefill_chunk": g.prefill_chunk, "engine_args": g.engine_args, "sleep": g.sleep,
+                                "decode": g.decode}
+    for name, value in settings.items():
+        if name not in accepted and value != type(g).model_fields[name].default:
+            raise UserError(f"generator '{g.name}' has no setting generator.{name}; remove it (or choose the "
+                            "generator it belongs to: r3l config shows each setting's generator)")
+    settings["dtype"] = DTYPES[g.dtype]
     return cls(model, tokenizer, **{name: value for name, value in settings.items() if name in accepted})
 
 

@@ -132,13 +132,15 @@ def bench(
     repeats: int = typer.Option(5, "--repeats", min=1, help="Measured steps per side (after the warm-up)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Unmeasured steps per side first."),
     sections: Optional[str] = typer.Option(None, "--sections", help="Comma-separated sections (default: all)."),
+    trl_generator: str = typer.Option("auto", "--trl-generator", help="TRL's generation: hf, vllm (its colocate "
+                                      "mode, CUDA only) or auto (vllm where it can run)."),
 ):
     """Speed of a GRPO step side by side with TRL and against the machine's limits -> bench.json, bench.md."""
     from r3l.bench.run import run_bench
 
     command = " ".join(["r3l", *sys.argv[1:]])
     out_dir, markdown = run_bench(load(args), vs=vs, out=out, repeats=repeats, warmup=warmup, sections=sections,
-                                  command=command)
+                                  command=command, trl_generator=trl_generator)
     typer.echo(markdown + f"\nwritten: {out_dir / 'bench.json'}, {out_dir / 'bench.md'}")
 
 

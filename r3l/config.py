@@ -56,8 +56,13 @@ class GeneratorConfig(Section):
     name: str = "hf"
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     prefill_chunk: int = Field(64, gt=0, description="hf: prompts prefilled together")
+    decode: Literal["dynamic", "static", "compiled"] = Field(
+        "dynamic", description="hf: KV cache of the decode loop: dynamic (drops finished rows), static "
+        "(preallocated), compiled (static + torch.compile, CUDA graphs on a GPU)")
     engine_args: dict[str, Any] = Field({}, description="vllm: arguments of vllm.LLM (max_model_len, "
                                         "gpu_memory_utilization, enforce_eager, ...)")
+    sleep: Literal["auto"] | bool = Field("auto", description="vllm: free the engine's memory while the learner "
+                                          "trains (true, false, or auto: where vLLM supports it, CUDA)")
     _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
 
 
@@ -150,6 +155,24 @@ class LoggingConfig(Section):
     dump_experiences: bool = False
 
 
+class DistributedConfig(Section):
+    """Scale-out. Left at its defaults, everything runs in one process."""
+
+    rollout_workers: int = Field(0, ge=0, description="Ray actors that explore shards of each batch (0: the "
+                                 "training process explores)")
+    ray_address: str | None = Field(None, description="an existing Ray cluster (auto, or ray://HOST:PORT); "
+                                    "default: start a local one")
+    worker_cpus: float = Field(1.0, gt=0, description="CPUs per rollout worker (also its torch threads)")
+    worker_gpus: float = Field(0.0, ge=0, description="GPUs per rollout worker (fractions share one)")
+    on_worker_failure: Literal["fail", "retry"] = Field("fail", description="a worker that dies or times out: "
+                                                        "stop the run, or replace it and rerun its shard once")
+    worker_timeout_s: float = Field(1800.0, gt=0, description="a worker's start, weight sync or shard must "
+                                    "finish within this")
+    max_staleness: int = Field(0, ge=0, description="S: explore the next S batches while the learner trains "
+                               "(needs rollout_workers); no batch is trained more than S updates after the weights "
+                               "it was explored with. 0: synchronous")
+
+
 class RunConfig(Section):
     dir: str = "runs"
     name: str | None = None
@@ -167,6 +190,7 @@ class Config(Section):
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()
+    distributed: DistributedConfig = DistributedConfig()
 
 
 _ARGS_OF = {"strategy_args": "strategy", "advantage_args": "advantage", "loss_args": "policy_loss"}

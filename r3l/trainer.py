@@ -17,6 +17,7 @@ import torch
 from r3l.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.build import agent_limits, build_parts, eval_params, reflection_prompts
 from r3l.config import Config, dump_config
+from r3l.distributed.pipeline import Drawn, ExplorationPipeline
 from r3l.evaluate import held_out_evaluation, r3_table
 from r3l.errors import RunStopped, UserError
 from r3l.experience import write_jsonl
@@ -84,11 +85,16 @@ class Trainer:
         try:
             self._build(config, resume)
         except BaseException:
+            if getattr(self, "rollout_pool", None) is not None:
+                self.close()
             if run_dir is None:  # a run that never started leaves no directory behind
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
 
     def _build(self, config: Config, resume: bool) -> None:
+        if config.distributed.max_staleness and not config.distributed.rollout_workers:
+            raise UserError("distributed.max_staleness needs rollout workers to explore while the learner trains: "
+                            "set distributed.rollout_workers (1 or more), or max_staleness=0")
         (self.run_dir / "config.yaml").write_text(dump_config(config))
         seed_everything(config.run.seed)
         self.parts = build_parts(config)
@@ -116,8 +122,18 @@ class Trainer:
                                gradient_checkpointing=config.model.gradient_checkpointing)
         self.step = 0
         self.history: dict[str, Any] = {}
+        self.rollout_pool = self.pipeline = None
+        if config.distributed.rollout_workers:
+            from r3l.distributed.rollout_pool import RolloutPool
+
+            self.rollout_pool = RolloutPool(config)
+            self.pipeline = ExplorationPipeline(self.rollout_pool, self._draw, config.distributed.max_staleness,
+                                                config.train.steps)
         if checkpoint is not None:
             self._resume(checkpoint, state)
+        elif self.rollout_pool is not None:
+            with merged_state_dict(self.model) as weights:
+                self.rollout_pool.sync_weights(weights)
 
     def _make_sampler(self) -> TaskSampler:
         tasks = self.parts.strategy.training_tasks(self.train_tasks, self.run_dir, build=self.task_builds)
@@ -132,13 +148,37 @@ class Trainer:
         self.learner.nonfinite_updates = state.get("nonfinite_updates", 0)
         restore_rng(state["rng"])
         self.step = state["step"]
-        with merged_state_dict(self.model) as weights:
-            self.parts.generator.sync_weights(weights)
+        self._sync_generators()
         console.print(f"resumed {self.run_dir} at step {self.step}")
 
+    def _draw(self, step: int):
+        """The batch of step `step` (rebuilding the task list first when the strategy asks)."""
+        before = (self.sampler.state_dict(), self.task_builds)
+        if self.parts.strategy.refresh_due(step):
+            self.task_builds += 1
+            self.sampler = self._make_sampler()
+        return Drawn(self.sampler.next_batch(self.config.train.tasks_per_step), *before)
+
+    def _sync_generators(self) -> None:
+        """The policy's current weights to the generator (evaluation, and rollouts in one process) and to the
+        rollout workers."""
+        with merged_state_dict(self.model) as weights:
+            self.parts.generator.sync_weights(weights)
+            if self.rollout_pool is not None:
+                self.rollout_pool.sync_weights(weights)
+
+    def close(self) -> None:
+        """Stop the rollout workers (a no-op in one process)."""
+        if self.rollout_pool is not None:
+            self.rollout_pool.close()
+            self.rollout_pool = None
+
     def _trainer_state(self) -> dict[str, Any]:
+        pending = self.pipeline.oldest_pending() if self.pipeline is not None else None
+        sampler, builds = ((pending.sampler_state, pending.task_builds) if pending is not None
+                           else (self.sampler.state_dict(), self.task_builds))  # batches drawn ahead are redrawn
         return {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
-                "sampler": self.sampler.state_dict(), "history": self.history, "task_builds": self.task_builds,
+                "sampler": sampler, "history": self.history, "task_builds": builds,
                 "nonfinite_updates": self.learner.nonfinite_updates}
 
     def checkpoint(self) -> Path:
@@ -169,11 +209,11 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         config = self.config
         started = time.perf_counter()
-        if self.parts.strategy.refresh_due(self.step):
-            self.task_builds += 1
-            self.sampler = self._make_sampler()
-        tasks = self.sampler.next_batch(config.train.tasks_per_step)
-        experiences, metrics = self.parts.strategy.explore(tasks, self.step)
+        lag = 0
+        if self.pipeline is not None:
+            experiences, metrics, lag = self.pipeline.next(self.step)
+        else:
+            experiences, metrics = self.parts.strategy.explore(self._draw(self.step).tasks, self.step)
         rollout_seconds = time.perf_counter() - started
         assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
         if config.logging.dump_experiences:
@@ -181,9 +221,9 @@ class Trainer:
             dump_dir.mkdir(exist_ok=True)
             write_jsonl(experiences, dump_dir / f"step_{self.step + 1:06d}.jsonl")
         learn_started = time.perf_counter()
-        metrics.update(self.learner.update(experiences))
-        with merged_state_dict(self.model) as weights:
-            self.parts.generator.sync_weights(weights)
+        self.parts.generator.release_memory()
+        metrics.update(self.learner.update(experiences, behaviour_logprobs=lag > 0))
+        self._sync_generators()
         learn_seconds = time.perf_counter() - learn_started
         metrics.update({
             "rollout_seconds": rollout_seconds,
@@ -234,6 +274,7 @@ class Trainer:
             self.write_r3_table()
         finally:
             logger.close()
+            self.close()
         summary = {"run_dir": str(self.run_dir), "step": self.step,
                    "wall_seconds_this_session": time.perf_counter() - started,
                    "eval_before": self.history.get("eval_before"), "eval_after": self.history.get("eval_after")}

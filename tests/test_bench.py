@@ -3,6 +3,7 @@
 Nothing here depends on how fast anything runs: timings are only checked to be recorded.
 """
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -114,6 +115,19 @@ def test_trl_settings_match_ours_and_refuse_what_trl_cannot_run(tmp_path):
     bad = load_config(None, ["algorithm.kl_coef=0.1", "train.micro_batch_size=24", "generator.dtype=float32"])
     problems = trl_mismatches(bad)
     assert len(problems) == 3 and "kl_coef" in problems[0] and "micro_batch_size=24" in problems[1]
+
+
+def test_trl_generates_with_vllm_colocate_only_where_it_can():
+    from r3l.bench.trl_side import trl_generator
+
+    assert trl_generator("auto", "cuda", True) == "vllm"
+    assert trl_generator("auto", "cuda", False) == trl_generator("auto", "cpu", True) == "hf"
+    assert trl_generator("hf", "cuda", True) == "hf"
+    with pytest.raises(UserError, match="--trl-generator vllm needs CUDA"):
+        trl_generator("vllm", "cpu", True)
+    settings = grpo_settings(load_config(None, []), steps=2, output_dir=Path("x"), device_type="cuda", generator="vllm")
+    assert settings["use_vllm"] and settings["vllm_mode"] == "colocate"
+    assert "use_vllm" not in grpo_settings(load_config(None, []), steps=2, output_dir=Path("x"), device_type="cpu")
 
 
 def step(seconds, tokens, work=None, decode=None):

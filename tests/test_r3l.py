@@ -77,7 +77,8 @@ def check_r3l_dump(dump, pivotal_credit=True, alpha=3.0):
 
 def test_the_r3l_rollout_line_on_textworld_express(tmp_path):
     result = run_cli("rollout", "model=tiny-random", "generator=scripted", "algorithm=r3l", "env=textworld_express",
-                     "env.args.games=[coin]", "--tasks", "3", "--dump", "out.jsonl", cwd=tmp_path, timeout=900)
+                     "env.args.games=[coin]", "run.seed=2", "--tasks", "3", "--dump", "out.jsonl", cwd=tmp_path,
+                     timeout=900)
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
     dump = records(tmp_path / "out.jsonl")

@@ -133,3 +133,19 @@ def test_an_r3l_step_on_textworld_express_equals_the_hf_one_under_greedy_decodin
         records.append([(e.kind, e.tokens, e.loss_mask, e.meta.get("sft_of")) for e in experiences])
     hf, vllm = records
     assert len(vllm) >= 2 and vllm == hf
+
+
+def test_decode_counters_and_sleep_off_where_vllm_has_no_sleep_mode(embedded, engines):
+    from vllm.platforms import current_platform
+
+    _, tokenizer = embedded
+    _, vllm = engines
+    before = vllm.stats
+    rows = vllm.generate(prompts(tokenizer), SamplingParams(temperature=1.0, max_new_tokens=8, seed=1), n=2)
+    after = vllm.stats
+    decoded = sum(max(len(c.tokens) - 1, 0) for row in rows for c in row)
+    assert after["decode_rows"] - before["decode_rows"] == decoded
+    assert after["prefill_positions"] - before["prefill_positions"] == 2 * sum(len(p) for p in prompts(tokenizer))
+    assert vllm.sleeps == current_platform.is_sleep_mode_available()
+    vllm.release_memory()  # a no-op without sleep mode: generation goes on without a sync
+    assert not vllm.asleep and len(vllm.generate(prompts(tokenizer)[:1], SamplingParams(max_new_tokens=2))) == 1

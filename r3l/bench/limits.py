@@ -12,6 +12,9 @@ from r3l.bench.registry import BenchContext, SectionResult, section
 from r3l.build import resolve_device
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+DECODE_COUNTS = {"hf": "counted step by step by the decode loop; decode time is the token loop after prefill",
+                 "vllm": "estimated from request lengths (vLLM reports no steps: one continuous batch assumed, so the "
+                         "weights read are a lower bound); decode time is the whole engine call, prefill included"}
 
 
 @section("limits", order=20, needs=("side_by_side",), title="Against the machine's limits")
@@ -24,7 +27,8 @@ def limits(ctx: BenchContext) -> SectionResult:
     generator_bytes = DTYPES[ctx.config.generator.dtype].itemsize
     data, details = efficiency(measured.data["model_shape"], measured.details["steps"], peak["flops_per_s"],
                                bandwidth["bytes_per_s"], generator_bytes)
-    data.update({"gemm_peak": peak, "copy_bandwidth": bandwidth, "device": str(device)})
+    data.update({"gemm_peak": peak, "copy_bandwidth": bandwidth, "device": str(device),
+                 "decode_counts": DECODE_COUNTS.get(ctx.config.generator.name, "counted by the generator")})
     return SectionResult(data, table(data), details)
 
 
@@ -86,5 +90,5 @@ def table(data: dict) -> str:
                          f"{figures['decode_flops_utilization']:.1%} |")
     lines.append("")
     lines.append("Medians over the measured steps. Training time covers the whole update (forward, backward, "
-                 "optimizer, weight sync to the generator); decode time the whole token loop after prefill.")
+                 f"optimizer, weight sync to the generator). Decode work: {data.get('decode_counts', '')}.")
     return "\n".join(lines) + "\n"

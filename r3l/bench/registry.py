@@ -40,6 +40,7 @@ class BenchContext:
     repeats: int
     warmup: int
     vs: str | None = None
+    trl_generator: str = "auto"
     results: dict[str, SectionResult] = field(default_factory=dict)
 
 

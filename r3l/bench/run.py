@@ -5,6 +5,7 @@ from pathlib import Path
 
 from r3l.bench import report
 from r3l.bench.registry import BenchContext, plan
+from r3l.bench.trl_side import TRL_GENERATORS
 from r3l.config import Config
 from r3l.errors import UserError
 
@@ -17,14 +18,19 @@ def default_out_dir(config: Config) -> Path:
 
 
 def run_bench(config: Config, vs: str | None = None, out: Path | None = None, repeats: int = 5, warmup: int = 2,
-              sections: str | None = None, command: str = "r3l bench") -> tuple[Path, str]:
+              sections: str | None = None, command: str = "r3l bench", trl_generator: str = "auto") -> tuple[Path, str]:
     """Run the bench; return its output directory and the Markdown it printed to bench.md."""
     if repeats < 1 or warmup < 0:
         raise UserError("--repeats must be at least 1 and --warmup at least 0")
+    if config.distributed.rollout_workers:
+        raise UserError("r3l bench measures one process: set distributed.rollout_workers=0")
+    if trl_generator not in TRL_GENERATORS:
+        raise UserError(f"--trl-generator {trl_generator}: choose from {', '.join(TRL_GENERATORS)}")
     chosen = plan([name.strip() for name in sections.split(",") if name.strip()] if sections else None)
     out_dir = out if out is not None else default_out_dir(config)
     out_dir.mkdir(parents=True, exist_ok=True)
-    context = BenchContext(config=config, out_dir=out_dir, repeats=repeats, warmup=warmup, vs=vs)
+    context = BenchContext(config=config, out_dir=out_dir, repeats=repeats, warmup=warmup, vs=vs,
+                           trl_generator=trl_generator)
     markdown = ""
     for section in chosen:
         context.results[section.name] = section.run(context)

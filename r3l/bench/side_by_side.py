@@ -42,7 +42,7 @@ def side_by_side(ctx: BenchContext) -> SectionResult:
         report(index, OURS, records[OURS][-1])
 
     if ctx.vs == TRL:
-        theirs = TRLRunner(ctx.config, batches, ours.trainer.parts.make_env, ctx.out_dir / TRL)
+        theirs = TRLRunner(ctx.config, batches, ours.trainer.parts.make_env, ctx.out_dir / TRL, ctx.trl_generator)
         records[TRL] = []
 
         def after_trl_step(index: int, record: StepRecord) -> None:
@@ -56,6 +56,9 @@ def side_by_side(ctx: BenchContext) -> SectionResult:
             ours_step(index)
     measured = {side: side_records[ctx.warmup:] for side, side_records in records.items()}
     data = summarise(ctx, measured, ModelShape.from_config(ours.model.config))
+    data["settings"]["generators"] = {OURS: generator_label(ctx.config)}
+    if theirs is not None:
+        data["settings"]["generators"][TRL] = TRL_GENERATOR_LABELS[theirs.generator]
     details = {"steps": {side: [r.to_json() for r in side_records] for side, side_records in measured.items()}}
     if theirs is not None:
         tasks = [task for batch in batches[ctx.warmup:] for task in batch]
@@ -65,6 +68,14 @@ def side_by_side(ctx: BenchContext) -> SectionResult:
         data["equal_work"] = equal_work_record(ours_work, trl_work)
         details["trl_settings"] = dict(theirs.settings)
     return SectionResult(data, table(data), details)
+
+
+TRL_GENERATOR_LABELS = {"hf": "transformers generate", "vllm": "vLLM colocate"}
+
+
+def generator_label(config) -> str:
+    g = config.generator
+    return {"hf": f"HF loop, {g.decode} KV cache", "vllm": "vLLM in-process"}.get(g.name, g.name)
 
 
 def our_settings(ctx: BenchContext) -> dict:
@@ -173,7 +184,11 @@ def table(data: dict) -> str:
                  f"warm-up; {settings['model']}, {settings['env']}, {settings['prompts_per_step']} prompts x "
                  f"{settings['group_size']} completions, at most {settings['max_new_tokens']} new tokens, temperature "
                  f"{settings['temperature']}, {settings['dtype']}, micro-batch {settings['micro_batch_size']}, "
-                 f"{settings['torch_threads']} threads.")
+                 f"{settings['torch_threads']} thread{'s' if settings['torch_threads'] != 1 else ''}.")
+    generators = settings.get("generators", {})
+    if generators:
+        lines.append("Generation: " + "; ".join(f"{'r3l' if side == OURS else 'TRL'} {label}"
+                                               for side, label in generators.items()) + ".")
     if ratio:
         per_token = data["per_token_time_ratio_trl_over_r3l"]
         lines.append(f"Per generated token the ratio is {per_token['median']:.2f}x "

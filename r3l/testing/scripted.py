@@ -25,6 +25,7 @@ from r3l.algorithms import token_logprobs
 from r3l.envs.safe_math import ExpressionError, evaluate
 from r3l.rollout.generator import GENERATORS, Completion, SamplingParams
 from r3l.rollout.hf import HFGenerator
+from r3l.rollout.seeds import row_seeds
 
 REFLECTIONS = (
     "I did not check that my answer satisfies every condition of the task. Next time I will verify it step by step.",
@@ -116,7 +117,6 @@ class ScriptedGenerator(HFGenerator):
         super().__init__(model, tokenizer, dtype=dtype, prefill_chunk=prefill_chunk)
         self.success_rate = success_rate
         self.first_success_rate = first_success_rate
-        self.calls = 0
 
     def script(self, prompt_text: str, sample: int, seed: int | None, max_new_tokens: int = 10**6) -> str:
         turns = [t for t in re.split(r"<\|im_start\|>|<\|im_end\|>", prompt_text) if t.strip()]
@@ -129,14 +129,14 @@ class ScriptedGenerator(HFGenerator):
         if game:
             played = re.findall(r"<action>(.*?)</action>", "".join(t for t in turns if t.startswith("assistant")))
             action = game_action(users[-1] if users else "", played[-1].strip() if played else None,
-                                 coin("act", prompt_text, sample, seed, self.calls))
+                                 coin("act", prompt_text, sample, seed))
             reply = f"<think>I will try: {action}.</think><action>{action}</action>"
             if len(self.tokenizer(reply, add_special_tokens=False)["input_ids"]) >= max_new_tokens:
                 reply = f"<action>{action}</action>"  # the thought does not fit the reply budget
             return reply
         if any(marker in last for marker in RETRY_MARKERS):
             answer = solve(first_question)
-            if answer is not None and coin(prompt_text, sample, seed, self.calls) < self.success_rate:
+            if answer is not None and coin(prompt_text, sample, seed) < self.success_rate:
                 return f"<answer>{answer}</answer>"
             return "<answer>1 + 1</answer>"
         if any(marker in last for marker in REFLECT_MARKERS):
@@ -158,14 +158,15 @@ class ScriptedGenerator(HFGenerator):
 
     @torch.inference_mode()
     def generate(self, prompts, params: SamplingParams, n: int = 1) -> list[list[Completion]]:
-        self.calls += 1
         results = []
+        seeds = iter(row_seeds(params.seed, prompts, n))  # a row's script depends on its prompt, not its batch
         temperature = params.temperature if params.temperature > 0 else 1.0
         for prompt in prompts:
             prompt_text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
             group = []
             for sample in range(n):
-                text = self.script(prompt_text, sample, params.seed, params.max_new_tokens)
+                seed = next(seeds)  # with a seed the row's seed tells samples apart; without, the sample index
+                text = self.script(prompt_text, sample if seed is None else 0, seed, params.max_new_tokens)
                 tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"][: params.max_new_tokens - 1]
                 tokens = tokens + [self.tokenizer.eos_token_id]
                 ids = torch.tensor([list(prompt) + tokens], device=self.device)

@@ -1,0 +1,137 @@
+"""The trainer's side of rollout workers: starts them as Ray actors, sends each the policy's weights after
+every update (with a version number) and splits each step's batch across them (`distributed.rollout_workers`)."""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from r3l.config import Config
+from r3l.distributed.rollout_worker import RolloutWorker
+from r3l.distributed.sharding import contiguous_shards, merge_shard_metrics
+from r3l.errors import RunStopped, UserError
+from r3l.logging import console
+
+
+@dataclass
+class Exploration:
+    """A batch being explored: its shards of tasks, the step, the weights version it was sent with."""
+    shards: list[list]
+    step: int
+    version: int
+    futures: list[Any]
+
+
+class RolloutPool:
+    def __init__(self, config: Config):
+        try:
+            import ray
+        except ImportError:
+            raise UserError("distributed.rollout_workers needs Ray: pip install 'r3l[ray]'") from None
+        import torch
+
+        self._ray = ray
+        self.settings = config.distributed
+        self._config = config.model_dump(mode="json")
+        self._dtype = getattr(torch, config.generator.dtype)
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:
+            local = self.settings.ray_address is None
+            wanted = math.ceil(self.settings.rollout_workers * self.settings.worker_cpus)
+            ray.init(address=self.settings.ray_address, include_dashboard=False, configure_logging=False,
+                     log_to_driver=False, num_cpus=max(os.cpu_count() or 1, wanted) if local else None,
+                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                                               "TOKENIZERS_PARALLELISM": "false"}})
+        self._actor = ray.remote(RolloutWorker)
+        self.restarts = 0
+        self.version = -1
+        self._weights = None
+        started = time.perf_counter()
+        self.workers = [self._start_worker() for _ in range(self.settings.rollout_workers)]
+        self._wait([worker.ready.remote() for worker in self.workers], "start")
+        console.print(f"{len(self.workers)} rollout workers ready in {time.perf_counter() - started:.0f} s")
+
+    def _start_worker(self):
+        threads = max(1, int(self.settings.worker_cpus))
+        return self._actor.options(num_cpus=self.settings.worker_cpus, num_gpus=self.settings.worker_gpus,
+                                   runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}}
+                                   ).remote(self._config, threads)
+
+    def _wait(self, futures: list, what: str) -> list:
+        try:
+            return self._ray.get(futures, timeout=self.settings.worker_timeout_s)
+        except self._ray.exceptions.GetTimeoutError:
+            raise RunStopped(f"rollout workers did not finish their {what} within distributed.worker_timeout_s="
+                             f"{self.settings.worker_timeout_s:g} s") from None
+        except self._ray.exceptions.RayError as error:
+            raise RunStopped(f"a rollout worker failed during its {what}: {_first_line(error)}") from None
+
+    def sync_weights(self, state_dict) -> None:
+        """Send these weights (as the generators' dtype, through Ray's object store, once) to every worker."""
+        self.version += 1
+        self._weights = self._ray.put({name: tensor.detach().to("cpu", self._dtype)
+                                       for name, tensor in state_dict.items()})
+        self._wait([worker.sync_weights.remote(self._weights, self.version) for worker in self.workers],
+                   f"weight sync (version {self.version})")
+
+    def explore(self, tasks: Sequence, step: int) -> tuple[list, dict[str, float]]:
+        """The strategy's explore, one contiguous shard of `tasks` per worker; experiences in batch order."""
+        experiences, metrics, _ = self.collect(self.submit(tasks, step))
+        return experiences, metrics
+
+    def submit(self, tasks: Sequence, step: int) -> "Exploration":
+        """Start exploring `tasks` with the current weights; `collect` waits for the result."""
+        shards = contiguous_shards(len(tasks), len(self.workers))
+        futures = [self.workers[index].explore.remote([tasks[i] for i in shard], step, self.version)
+                   for index, shard in enumerate(shards)]
+        return Exploration([[tasks[i] for i in shard] for shard in shards], step, self.version, futures)
+
+    def collect(self, exploration: "Exploration") -> tuple[list, dict[str, float], int]:
+        """(experiences in batch order, merged metrics, the oldest weights version any shard used)."""
+        results = [self._shard_result(index, tasks, exploration, future)
+                   for index, (tasks, future) in enumerate(zip(exploration.shards, exploration.futures))]
+        experiences = [experience for shard_experiences, _, _ in results for experience in shard_experiences]
+        metrics = merge_shard_metrics([(shard_metrics, len(tasks))
+                                       for (_, shard_metrics, _), tasks in zip(results, exploration.shards)])
+        metrics.update({"rollout_workers": float(len(results)), "rollout_worker_restarts": float(self.restarts)})
+        return experiences, metrics, min((version for *_, version in results), default=exploration.version)
+
+    def _shard_result(self, index: int, tasks: list, exploration: "Exploration", future):
+        step = exploration.step
+        try:
+            experiences, metrics, _ = self._ray.get(future, timeout=self.settings.worker_timeout_s)
+            return experiences, metrics, exploration.version
+        except (self._ray.exceptions.RayError, self._ray.exceptions.GetTimeoutError) as error:
+            reason = ("no answer within distributed.worker_timeout_s" if isinstance(
+                error, self._ray.exceptions.GetTimeoutError) else _first_line(error))
+            where = f"rollout worker {index} failed at step {step + 1} on tasks {', '.join(t.id for t in tasks)}"
+            if self.settings.on_worker_failure != "retry":
+                raise RunStopped(f"{where}: {reason}; set distributed.on_worker_failure=retry to replace it and "
+                                 "rerun its shard") from None
+        console.print(f"[yellow]{where}: {reason}; replacing it and rerunning its shard[/]")
+        self._replace(index)  # the replacement has the newest weights, so the rerun explores with those
+        experiences, metrics, _ = self._wait([self.workers[index].explore.remote(tasks, step, self.version)],
+                                             f"rerun of tasks {', '.join(t.id for t in tasks)}")[0]
+        return experiences, metrics, self.version
+
+    def _replace(self, index: int) -> None:
+        self._ray.kill(self.workers[index], no_restart=True)
+        self.workers[index] = self._start_worker()
+        self.restarts += 1
+        self._wait([self.workers[index].ready.remote()], "start of a replacement")
+        if self._weights is not None:
+            self._wait([self.workers[index].sync_weights.remote(self._weights, self.version)], "weight sync")
+
+    def close(self) -> None:
+        for worker in self.workers:
+            self._ray.kill(worker, no_restart=True)
+        self.workers = []
+        if self._started_ray:
+            self._ray.shutdown()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else type(error).__name__)

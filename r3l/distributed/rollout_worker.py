@@ -1,0 +1,37 @@
+"""A rollout worker: one process (a Ray actor) with its own generator, environments and strategy, which
+explores the shard of each step's batch it is given with the weights it was last sent."""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+
+class RolloutWorker:
+    def __init__(self, config: dict[str, Any], threads: int):
+        import torch
+
+        from r3l.build import build_parts
+        from r3l.config import Config
+        from r3l.trainer import seed_everything
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        torch.set_num_threads(threads)
+        parsed = Config.model_validate(config)
+        seed_everything(parsed.run.seed)
+        self.parts = build_parts(parsed)
+        self.parts.model = None  # the generator holds its own copy; the learner's lives in the trainer
+        self.version = -1
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def sync_weights(self, state_dict, version: int) -> int:
+        self.parts.generator.sync_weights(state_dict)
+        self.version = version
+        return version
+
+    def explore(self, tasks: Sequence, step: int, version: int):
+        if version != self.version:
+            raise RuntimeError(f"worker has weights version {self.version}, the step needs {version}")
+        experiences, metrics = self.parts.strategy.explore(tasks, step)
+        return experiences, metrics, self.parts.generator.stats

@@ -1,0 +1,40 @@
+"""How a step's batch is split across rollout workers and how their metrics are put back together."""
+from __future__ import annotations
+
+from typing import Sequence
+
+# metrics that count things (summed across shards); every other metric is a mean (weighted by tasks)
+COUNTED = frozenset({"generated_tokens", "base_count", "base_successes", "base_generated_tokens", "replay_mismatches",
+                     "retry_count", "filled_slots", "success_reflections_trained", "prompts_over_context"})
+
+
+def contiguous_shards(tasks: int, workers: int) -> list[range]:
+    """Consecutive slices of the batch, sizes differing by at most one, larger first; no empty slice. Whole
+    tasks (so whole groups, with their reflections and retries) stay on one worker, and concatenating the
+    shards' experiences gives the batch order."""
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
+    size, extra = divmod(tasks, workers)
+    shards, start = [], 0
+    for index in range(min(workers, tasks)):
+        stop = start + size + (index < extra)
+        shards.append(range(start, stop))
+        start = stop
+    return shards
+
+
+def merge_shard_metrics(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """One step's metrics from each shard's (metrics, number of tasks): counts summed, means weighted by tasks.
+    A mean is exact when every task contributes the same number of items to it (episodes of a group); a mean
+    over items whose number varies by task (retries, completions of multi-turn episodes) is the task-weighted
+    mean of the shard means, close to but not always the one-process figure."""
+    merged: dict[str, float] = {}
+    weights: dict[str, int] = {}
+    for metrics, tasks in parts:
+        for key, value in metrics.items():
+            if key in COUNTED:
+                merged[key] = merged.get(key, 0.0) + value
+            else:
+                merged[key] = merged.get(key, 0.0) + value * tasks
+                weights[key] = weights.get(key, 0) + tasks
+    return {key: value / weights[key] if key in weights else value for key, value in merged.items()}

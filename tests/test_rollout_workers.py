@@ -1,0 +1,146 @@
+"""Rollout workers as Ray actors (a real local Ray cluster): the batch split across two workers gives exactly
+the experiences one process does, weight syncs reach them, a dead worker stops the run in one line or is
+replaced, and `r3l train distributed.rollout_workers=2` runs end to end."""
+import json
+from pathlib import Path
+
+import pytest
+
+from r3l.config import load_config
+from r3l.distributed.sharding import contiguous_shards, merge_shard_metrics
+from r3l.errors import RunStopped
+from tests.conftest import run_cli
+
+QUIET = ["eval.size=0", "logging.tensorboard=false", "logging.progress=false"]
+ARITHMETIC = ["model=tiny-random", "generator.dtype=float32", "model.autocast_bf16=false", "sampling.group_size=4", "sampling.max_new_tokens=12", "train.tasks_per_step=5",
+              *QUIET]
+R3L_TWX = ["model=tiny-random", "generator=scripted", "generator.dtype=float32", "algorithm=r3l", "env=textworld_express",
+           "env.args.games=[coin]", "env.args.max_steps=4", "sampling.group_size=4", "sampling.max_new_tokens=32",
+           "train.tasks_per_step=3", *QUIET]
+
+
+def test_contiguous_shards():
+    assert contiguous_shards(5, 2) == [range(0, 3), range(3, 5)]
+    assert contiguous_shards(6, 3) == [range(0, 2), range(2, 4), range(4, 6)]
+    assert contiguous_shards(2, 4) == [range(0, 1), range(1, 2)]
+    assert contiguous_shards(0, 2) == []
+    with pytest.raises(ValueError):
+        contiguous_shards(3, 0)
+
+
+def test_merged_metrics_sum_counts_and_weight_means_by_tasks():
+    merged = merge_shard_metrics([({"success": 0.5, "generated_tokens": 100.0, "retry_count": 2.0}, 3),
+                                  ({"success": 0.0, "generated_tokens": 40.0, "pivot_mean": 2.0}, 1)])
+    assert merged == {"success": pytest.approx(0.375), "generated_tokens": 140.0, "retry_count": 2.0,
+                      "pivot_mean": 2.0}
+
+
+def trainer_with_workers(tmp_path, overrides, workers=2, failure="fail"):
+    pytest.importorskip("ray")
+    from r3l.trainer import Trainer
+
+    config = load_config(None, [*overrides, f"run.dir={tmp_path}", f"distributed.rollout_workers={workers}",
+                                f"distributed.on_worker_failure={failure}", "distributed.worker_timeout_s=300"])
+    return Trainer(config)
+
+
+def same_experiences(ours, theirs):
+    assert len(ours) == len(theirs) > 0
+    for mine, other in zip(ours, theirs):
+        assert (mine.group, mine.kind, mine.tokens, mine.loss_mask, mine.reward, mine.pivot, mine.objective) == \
+            (other.group, other.kind, other.tokens, other.loss_mask, other.reward, other.pivot, other.objective)
+        assert mine.logprobs == pytest.approx(other.logprobs, abs=1e-4)  # fp32: rounding of other batch shapes
+
+
+@pytest.mark.parametrize("overrides", [ARITHMETIC, R3L_TWX], ids=["grpo-arithmetic", "r3l-textworld-express"])
+def test_two_workers_explore_exactly_what_one_process_does(tmp_path, overrides):
+    trainer = trainer_with_workers(tmp_path, overrides)
+    try:
+        tasks = trainer.sampler.next_batch(trainer.config.train.tasks_per_step)
+        for step in (0, 1):  # and again after an update has changed the weights
+            expected, expected_metrics = trainer.parts.strategy.explore(tasks, step)
+            got, metrics = trainer.rollout_pool.explore(tasks, step)
+            same_experiences(got, expected)
+            assert metrics["generated_tokens"] == expected_metrics["generated_tokens"]
+            assert metrics["rollout_workers"] == 2
+            if step == 0:
+                trainer.train_step()
+                assert trainer.rollout_pool.version == 1
+        if "algorithm=r3l" in overrides:
+            assert any(e.kind == "retry" for e in got)
+    finally:
+        trainer.close()
+
+
+def test_a_dead_worker_stops_the_run_in_one_line_or_is_replaced(tmp_path):
+    import ray
+
+    for failure in ("fail", "retry"):
+        trainer = trainer_with_workers(tmp_path / failure, ARITHMETIC, failure=failure)
+        try:
+            tasks = trainer.sampler.next_batch(trainer.config.train.tasks_per_step)
+            expected, _ = trainer.parts.strategy.explore(tasks, 0)
+            ray.kill(trainer.rollout_pool.workers[1], no_restart=True)
+            if failure == "fail":
+                with pytest.raises(RunStopped, match=r"rollout worker 1 failed at step 1 on tasks .*on_worker_failure"):
+                    trainer.rollout_pool.explore(tasks, 0)
+            else:
+                got, metrics = trainer.rollout_pool.explore(tasks, 0)
+                same_experiences(got, expected)
+                assert metrics["rollout_worker_restarts"] == 1
+        finally:
+            trainer.close()
+
+
+def test_train_with_two_rollout_workers_from_the_command_line(tmp_path):
+    pytest.importorskip("ray")
+    result = run_cli("train", *ARITHMETIC, "train.steps=2", "distributed.rollout_workers=2", f"run.dir={tmp_path}",
+                     "run.name=workers", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    metrics = [json.loads(line) for line in (Path(tmp_path) / "workers" / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "rollout_workers" in m]
+    assert len(steps) == 2 and all(m["rollout_workers"] == 2 for m in steps)
+
+
+def test_staleness_arithmetic():
+    from r3l.distributed.staleness import admissible, batches_in_flight, staleness
+
+    assert [batches_in_flight(0, step, 5) for step in range(5)] == [1, 1, 1, 1, 1]
+    assert [batches_in_flight(2, step, 5) for step in range(5)] == [3, 3, 3, 2, 1]
+    assert staleness(7, 5) == 2 and admissible(7, 5, 2) and not admissible(7, 4, 2) and not admissible(4, 5, 2)
+    assert admissible(3, 3, 0) and not admissible(3, 2, 0)
+
+
+def test_staleness_needs_rollout_workers(tmp_path):
+    from r3l.errors import UserError
+    from r3l.trainer import Trainer
+
+    with pytest.raises(UserError, match="max_staleness needs rollout workers"):
+        Trainer(load_config(None, [*ARITHMETIC, f"run.dir={tmp_path}", "distributed.max_staleness=1"]))
+    assert not list(Path(tmp_path).iterdir())
+
+
+def test_bounded_staleness_explores_ahead_and_never_trains_older_than_s(tmp_path):
+    trainer = trainer_with_workers(tmp_path, [*ARITHMETIC, "train.steps=3", "distributed.max_staleness=1"])
+    try:
+        lags = []
+        for _ in range(3):
+            metrics = trainer.train_step()
+            lags.append(metrics["staleness"])
+            assert metrics["policy_version"] == trainer.rollout_pool.version - 1 - metrics["staleness"]
+        # step 0 trains the first batch as explored; each later batch was explored during the update before it
+        assert lags == [0.0, 1.0, 1.0] and not trainer.pipeline.in_flight
+    finally:
+        trainer.close()
+
+
+def test_a_checkpoint_taken_with_batches_in_flight_redraws_them_on_resume(tmp_path):
+    trainer = trainer_with_workers(tmp_path, [*ARITHMETIC, "train.steps=4", "distributed.max_staleness=2"])
+    try:
+        before_first = trainer.sampler.state_dict()
+        trainer.train_step()  # drew batches for steps 0, 1 and 2; trained step 0
+        pending = trainer.pipeline.oldest_pending()
+        assert pending is not None and trainer._trainer_state()["sampler"] == pending.sampler_state
+        assert pending.sampler_state != before_first and pending.sampler_state != trainer.sampler.state_dict()
+    finally:
+        trainer.close()
