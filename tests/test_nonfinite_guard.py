@@ -71,8 +71,8 @@ def test_run_stops_after_the_limit_and_keeps_the_last_good_checkpoint(tmp_path):
     trainer = Trainer(config)
     learner, update = trainer.learner, trainer.learner.update
 
-    def good_then_poisoned(experiences):  # the first update is good, every later one has a NaN loss
-        metrics = update(experiences)
+    def good_then_poisoned(experiences, **options):  # the first update is good, every later one has a NaN loss
+        metrics = update(experiences, **options)
         learner.loss_fn = poisoned(learner.loss_fn, lambda call: True)
         return metrics
     learner.update = good_then_poisoned
