@@ -34,10 +34,47 @@ def apply_lora(model, lora: LoraConfig):
     return get_peft_model(model, settings)
 
 
+class MaskedLogits(torch.nn.Module):
+    """The policy's forward as the learner runs it: logits [N, V] at the N positions whose next token is
+    trained (the LM head runs on those only), through a shared prefix's cache when the batch has one. One
+    module around the policy, so that sharded (FSDP2, its root) its forward gathers the embedding and head."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        selected = batch["loss_mask"] > 0
+        decoder, head = split_head(self.policy)
+        if decoder is None:
+            return self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                               use_cache=False).logits[:, :-1][selected]
+        if "prefix_ids" in batch:
+            hidden = suffix_hidden(decoder, batch)
+        else:
+            hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             use_cache=False).last_hidden_state
+        return head(hidden[:, :-1][selected])
+
+
+def suffix_hidden(decoder, batch) -> torch.Tensor:
+    """Run each shared prefix once, fan its keys/values out to its experiences, then run the suffixes.
+    Gradients reach the prefix through the cache, summed over the experiences that share it."""
+    positions = torch.arange(batch["prefix_ids"].shape[1], device=batch["prefix_ids"].device)
+    prefix = decoder(input_ids=batch["prefix_ids"], attention_mask=batch["prefix_mask"],
+                     position_ids=positions[None].expand_as(batch["prefix_ids"]), use_cache=True)
+    cache = cache_of(prefix)
+    cache.batch_select_indices(batch["prefix_index"])
+    attention = torch.cat([batch["prefix_mask"][batch["prefix_index"]], batch["attention_mask"]], dim=1)
+    return decoder(input_ids=batch["input_ids"], attention_mask=attention, position_ids=batch["suffix_positions"],
+                   use_cache=True, **with_cache(decoder, cache)).last_hidden_state
+
+
 class Learner:
     def __init__(self, model, tokenizer, algorithm: AlgorithmConfig, train: TrainConfig, *, temperature: float,
                  autocast_bf16: bool = True, ref_model=None, total_steps: int | None = None,
-                 gradient_checkpointing: bool = False):
+                 gradient_checkpointing: bool = False, ranks=None):
+        self.ranks = ranks  # a RankGroup when the model is sharded across processes (distributed/fsdp.py)
         self.gradient_checkpointing = gradient_checkpointing  # the KV-cache prefix path cannot run under it
         self.model = model
         self.pad_id = tokenizer.pad_token_id
@@ -49,6 +86,11 @@ class Learner:
         self.nonfinite_updates = 0  # updates dropped because a loss or the gradient norm was NaN/inf
         self.nonfinite_streak = 0  # of them, how many in a row up to now
         self.loss_fn = POLICY_LOSSES.get(algorithm.policy_loss)
+        self.forward_modules = {id(model): MaskedLogits(model)}
+        if self.ref_model is not None:
+            self.forward_modules[id(self.ref_model)] = MaskedLogits(self.ref_model)
+        if ranks is not None:  # before the optimizer: sharding replaces the parameters
+            ranks.shard(model, self.forward_modules[id(model)], per_layer=not train.share_prefix)
         trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay,
                                            fused=self.fused_optimizer)
@@ -71,34 +113,11 @@ class Learner:
         return contextlib.nullcontext()
 
     def _masked_logits(self, model, batch) -> torch.Tensor:
-        """Logits [N, V] at the N positions whose next token is trained; the LM head runs on those only."""
-        selected = batch["loss_mask"] > 0
+        """Logits [N, V] at the N positions whose next token is trained (see MaskedLogits)."""
         # checkpointed layers recompute in backward, outside this context, so they keep the default kernel
         kernel = contextlib.nullcontext() if self.gradient_checkpointing else attention_kernel(model, batch, self.device)
         with self._autocast(), kernel:
-            decoder, head = split_head(model)
-            if decoder is None:
-                return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             use_cache=False).logits[:, :-1][selected]
-            if "prefix_ids" in batch:
-                hidden = self._suffix_hidden(decoder, batch)
-            else:
-                hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 use_cache=False).last_hidden_state
-            return head(hidden[:, :-1][selected])
-
-    @staticmethod
-    def _suffix_hidden(decoder, batch) -> torch.Tensor:
-        """Run each shared prefix once, fan its keys/values out to its experiences, then run the suffixes.
-        Gradients reach the prefix through the cache, summed over the experiences that share it."""
-        positions = torch.arange(batch["prefix_ids"].shape[1], device=batch["prefix_ids"].device)
-        prefix = decoder(input_ids=batch["prefix_ids"], attention_mask=batch["prefix_mask"],
-                         position_ids=positions[None].expand_as(batch["prefix_ids"]), use_cache=True)
-        cache = cache_of(prefix)
-        cache.batch_select_indices(batch["prefix_index"])
-        attention = torch.cat([batch["prefix_mask"][batch["prefix_index"]], batch["attention_mask"]], dim=1)
-        return decoder(input_ids=batch["input_ids"], attention_mask=attention, position_ids=batch["suffix_positions"],
-                       use_cache=True, **with_cache(decoder, cache)).last_hidden_state
+            return self.forward_modules[id(model)](batch)
 
     def _logprobs(self, model, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-target log-probabilities [B, T-1] (zero where untrained) and the masked logits."""
@@ -109,11 +128,12 @@ class Learner:
         full = full.index_put((selected.nonzero(as_tuple=True)), values)
         return full, logits
 
-    def _old_logprobs(self, experiences, batches) -> list[torch.Tensor]:
+    def _old_logprobs(self, experiences, batches, stand_in) -> list[torch.Tensor | None]:
         old = []
         with torch.no_grad():
-            for mb in batches:
-                old.append(self._logprobs(self.model, self._collate([experiences[i] for i in mb]))[0])
+            for mb in batches:  # a None (another rank's turn) still runs, since a sharded forward is a collective
+                values = self._logprobs(self.model, self._collate([experiences[i] for i in mb or stand_in]))[0]
+                old.append(values if mb is not None else None)
         return old
 
     def _zero_advantage_is_free(self) -> bool:
@@ -169,26 +189,35 @@ class Learner:
             if name == "policy" and self._zero_advantage_is_free():
                 kept = [e for e in members if e.advantage != 0.0]
                 skipped, members = len(members) - len(kept), kept
-            plan.append((name, members, self._micro_batches(members), loss_fn, loss_args, denominator))
-        stored_old = ({name: self._old_logprobs(members, batches) for name, members, batches, *_ in plan}
+            batches = self._micro_batches(members)
+            if not batches:
+                continue
+            mine = self.ranks.share(batches) if self.ranks is not None else batches
+            plan.append((name, members, mine, loss_fn, loss_args, denominator, batches[0]))
+        stored_old = ({name: self._old_logprobs(members, batches, stand_in)
+                       for name, members, batches, *_, stand_in in plan}
                       if self.algorithm.updates_per_batch > 1 and not behaviour_logprobs else None)
         sums: dict[str, float] = defaultdict(float)
         self.model.train()
         finite = True
         for update in range(self.algorithm.updates_per_batch):
             self.optimizer.zero_grad(set_to_none=True)
-            for name, members, batches, loss_fn, loss_args, denominator in plan:
+            for name, members, batches, loss_fn, loss_args, denominator, stand_in in plan:
                 for index, mb in enumerate(batches):
-                    batch = self._collate([members[i] for i in mb])
+                    batch = self._collate([members[i] for i in mb or stand_in])
                     old = stored_old[name][index] if stored_old else (
                         batch["gen_logprobs"] if behaviour_logprobs else None)
                     finite &= self._accumulate(batch, old, denominator, kl_denominator, sums, update == 0, loss_fn,
-                                               loss_args, prefix="" if name == "policy" else f"{name}_")
+                                               loss_args, prefix="" if name == "policy" else f"{name}_",
+                                               counted=mb is not None)
+            if self.ranks is not None:  # every rank steps, or none does
+                finite = self.ranks.all_true(finite)
             for parameter in self.model.parameters():  # skipped experiences still count as zero gradients
                 if parameter.requires_grad and parameter.grad is None:
                     parameter.grad = torch.zeros_like(parameter)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(
-                [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip))
+            norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                                  self.train.grad_clip)
+            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # sharded: a DTensor
             sums["grad_norm"] += grad_norm
             finite &= math.isfinite(grad_norm)
             if not finite:  # never applied: the gradients are dropped, nothing steps
@@ -200,6 +229,9 @@ class Learner:
         if finite:
             self.scheduler.step()
         metrics = {"nonfinite_update": float(not finite), "nonfinite_updates": float(self.nonfinite_updates)}
+        if self.ranks is not None:  # each rank summed its own micro-batches; the grad norm is already global
+            sums = defaultdict(float, {**self.ranks.sum({k: v for k, v in sums.items() if k != "grad_norm"}),
+                                       "grad_norm": sums["grad_norm"]})
         for prefix in {"" if name == "policy" else f"{name}_" for name, *_ in plan}:
             tokens = sums.pop(f"{prefix}tokens", 0.0)
             for key in [k for k in sums if k.startswith(f"{prefix}token:")]:
@@ -220,10 +252,11 @@ class Learner:
         return metrics
 
     def _accumulate(self, batch, old_logprobs, denominator: float, kl_denominator: float, sums: dict[str, float],
-                    first_pass: bool, loss_fn, loss_args: dict, prefix: str = "") -> bool:
+                    first_pass: bool, loss_fn, loss_args: dict, prefix: str = "", counted: bool = True) -> bool:
         """Add one micro-batch's gradient; `sums` collects the loss, KL and token-weighted metrics
         (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False (and no backward
-        pass) when the loss is not finite."""
+        pass) when the loss is not finite. On sharded ranks a backward always runs (it is a collective): with
+        weight zero for a non-finite loss and for a stand-in micro-batch (`counted=False`), which adds nothing."""
         mask = batch["loss_mask"]
         logprobs, logits = self._logprobs(self.model, batch)
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
@@ -236,10 +269,15 @@ class Learner:
                            self.algorithm.aggregation, kl_denominator)
             loss = loss + self.algorithm.kl_coef * kl
             sums["kl"] += kl.item() / self.algorithm.updates_per_batch
+        if not counted:
+            (torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0).backward()
+            return True
         sums["loss"] += loss.item()
         finite = math.isfinite(sums["loss"])
         if finite:
-            loss.backward()
+            (loss * self.ranks.backward_scale if self.ranks is not None else loss).backward()
+        elif self.ranks is not None:
+            (torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0).backward()
         for key, value in forward_work(batch).items():
             sums[f"work:{key}"] += value
         if not first_pass:
