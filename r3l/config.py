@@ -160,6 +160,8 @@ class DistributedConfig(Section):
 
     rollout_workers: int = Field(0, ge=0, description="Ray actors that explore shards of each batch (0: the "
                                  "training process explores)")
+    learner_ranks: int = Field(1, ge=1, description="processes the learner is sharded across with FSDP2 (gloo on "
+                               "CPU, NCCL on GPUs: one GPU each); 1: the training process alone")
     ray_address: str | None = Field(None, description="an existing Ray cluster (auto, or ray://HOST:PORT); "
                                     "default: start a local one")
     worker_cpus: float = Field(1.0, gt=0, description="CPUs per rollout worker (also its torch threads)")

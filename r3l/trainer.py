@@ -77,6 +77,22 @@ class GracefulInterrupt:
             signal.signal(signal.SIGINT, self._previous)
 
 
+def trainable_policy(config: Config, model):
+    """(the policy as trained: LoRA and gradient checkpointing applied, the KL reference model or None)."""
+    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.algorithm.kl_coef > 0 else None
+    if config.model.lora.enabled:
+        model = apply_lora(model, config.model.lora)
+    if config.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model, ref_model
+
+
+def make_learner(config: Config, model, tokenizer, ref_model, ranks=None) -> Learner:
+    return Learner(model, tokenizer, config.algorithm, config.train, temperature=config.sampling.temperature,
+                   autocast_bf16=config.model.autocast_bf16, ref_model=ref_model, total_steps=config.train.steps,
+                   gradient_checkpointing=config.model.gradient_checkpointing, ranks=ranks)
+
+
 class Trainer:
     def __init__(self, config: Config, run_dir: Path | None = None, resume: bool = False):
         check_algorithm_names(config)
@@ -85,8 +101,7 @@ class Trainer:
         try:
             self._build(config, resume)
         except BaseException:
-            if getattr(self, "rollout_pool", None) is not None:
-                self.close()
+            self.close()
             if run_dir is None:  # a run that never started leaves no directory behind
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
@@ -107,19 +122,13 @@ class Trainer:
         state = load_trainer_state(checkpoint) if checkpoint is not None else {}
         self.task_builds = state.get("task_builds", 0)
         self.sampler = self._make_sampler()
-        model = self.parts.model
-        if config.model.lora.enabled:
-            model = apply_lora(model, config.model.lora)
-        if config.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        self.model = model
-        ref_model = None
-        if config.algorithm.kl_coef > 0:
-            ref_model = copy.deepcopy(self.parts.model).eval().requires_grad_(False)
-        self.learner = Learner(model, self.parts.tokenizer, config.algorithm, config.train,
-                               temperature=config.sampling.temperature, autocast_bf16=config.model.autocast_bf16,
-                               ref_model=ref_model, total_steps=config.train.steps,
-                               gradient_checkpointing=config.model.gradient_checkpointing)
+        self.model, ref_model = trainable_policy(config, self.parts.model)
+        if config.distributed.learner_ranks > 1:
+            from r3l.distributed.learner_group import LearnerGroup
+
+            self.learner = LearnerGroup(config, self.model, self.parts.tokenizer, ref_model)
+        else:
+            self.learner = make_learner(config, self.model, self.parts.tokenizer, ref_model)
         self.step = 0
         self.history: dict[str, Any] = {}
         self.rollout_pool = self.pipeline = None
@@ -141,11 +150,9 @@ class Trainer:
 
     def _resume(self, checkpoint: Path, state: dict[str, Any]) -> None:
         load_weights(self.model, checkpoint)
-        self.learner.optimizer.load_state_dict(state["optimizer"])
-        self.learner.scheduler.load_state_dict(state["scheduler"])
+        self.learner.load_training_state(state)
         self.sampler.load_state_dict(state["sampler"])
         self.history = state.get("history", {})
-        self.learner.nonfinite_updates = state.get("nonfinite_updates", 0)
         restore_rng(state["rng"])
         self.step = state["step"]
         self._sync_generators()
@@ -168,18 +175,18 @@ class Trainer:
                 self.rollout_pool.sync_weights(weights)
 
     def close(self) -> None:
-        """Stop the rollout workers (a no-op in one process)."""
-        if self.rollout_pool is not None:
+        """Stop the rollout workers and the other learner ranks (a no-op in one process)."""
+        if getattr(self, "rollout_pool", None) is not None:
             self.rollout_pool.close()
             self.rollout_pool = None
+        if hasattr(getattr(self, "learner", None), "close"):
+            self.learner.close()
 
     def _trainer_state(self) -> dict[str, Any]:
         pending = self.pipeline.oldest_pending() if self.pipeline is not None else None
         sampler, builds = ((pending.sampler_state, pending.task_builds) if pending is not None
                            else (self.sampler.state_dict(), self.task_builds))  # batches drawn ahead are redrawn
-        return {"optimizer": self.learner.optimizer.state_dict(), "scheduler": self.learner.scheduler.state_dict(),
-                "sampler": sampler, "history": self.history, "task_builds": builds,
-                "nonfinite_updates": self.learner.nonfinite_updates}
+        return {**self.learner.training_state(), "sampler": sampler, "history": self.history, "task_builds": builds}
 
     def checkpoint(self) -> Path:
         return save_checkpoint(self.run_dir, self.step, self.model, self.parts.tokenizer, self._trainer_state(),

@@ -22,8 +22,9 @@ def run_bench(config: Config, vs: str | None = None, out: Path | None = None, re
     """Run the bench; return its output directory and the Markdown it printed to bench.md."""
     if repeats < 1 or warmup < 0:
         raise UserError("--repeats must be at least 1 and --warmup at least 0")
-    if config.distributed.rollout_workers:
-        raise UserError("r3l bench measures one process: set distributed.rollout_workers=0")
+    if config.distributed.rollout_workers or config.distributed.learner_ranks > 1:
+        raise UserError("r3l bench measures one process: set distributed.rollout_workers=0 and "
+                        "distributed.learner_ranks=1")
     if trl_generator not in TRL_GENERATORS:
         raise UserError(f"--trl-generator {trl_generator}: choose from {', '.join(TRL_GENERATORS)}")
     chosen = plan([name.strip() for name in sections.split(",") if name.strip()] if sections else None)

@@ -97,6 +97,16 @@ class Learner:
         avoid_cudnn_attention(self.device)
         self.scheduler = make_scheduler(self.optimizer, total_steps or train.steps, train.warmup_ratio, train.schedule)
 
+    def training_state(self) -> dict:
+        """What a checkpoint keeps of the learner besides the weights."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "nonfinite_updates": self.nonfinite_updates}
+
+    def load_training_state(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.nonfinite_updates = state.get("nonfinite_updates", 0)
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device

@@ -1,0 +1,186 @@
+"""The learner across `distributed.learner_ranks` processes on FSDP2 (fsdp.py).
+
+The training process is rank 0: it starts the other ranks, and each of its learner calls is announced to
+them first (a broadcast command) so that every rank runs the same collectives. Rank 0 also keeps a plain,
+unsharded copy of the policy that receives the full weights after every update, so weight syncs,
+checkpoints (written unsharded, as in one process) and evaluation read it exactly as in one process.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import socket
+from datetime import timedelta
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from r3l.config import Config
+from r3l.distributed.fsdp import RankGroup
+from r3l.errors import RunStopped
+
+
+def _full_options(**extra):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True, **extra)
+
+
+def gather_weights(model) -> dict[str, torch.Tensor]:
+    """The full weights on rank 0 (a collective: every rank calls it; the others get an empty dict)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_full_options())
+
+
+def gather_optimizer(learner) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(learner.model, learner.optimizer, options=_full_options())
+
+
+def scatter_weights(model, weights: dict[str, torch.Tensor]) -> None:
+    """Every rank's shards from rank 0's full weights (a collective; the other ranks pass an empty dict)."""
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    set_model_state_dict(model, weights, options=_full_options(broadcast_from_rank0=True))
+
+
+def scatter_training_state(learner, state: dict[str, Any]) -> None:
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    set_optimizer_state_dict(learner.model, learner.optimizer, state.get("optimizer", {}),
+                             options=_full_options(broadcast_from_rank0=True))
+    learner.scheduler.load_state_dict(state["scheduler"])
+    learner.nonfinite_updates = state.get("nonfinite_updates", 0)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def join_group(rank: int, world: int, port: int, backend: str, timeout_s: float) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+
+
+def rank_config(config: Config, rank: int) -> Config:
+    """The run's config as rank `rank` builds its model: on CUDA, its own GPU."""
+    if not str(config.model.device).startswith("cuda"):
+        return config
+    return config.model_copy(update={"model": config.model.model_copy(update={"device": f"cuda:{rank}"})})
+
+
+def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str, timeout_s: float) -> None:
+    """A learner rank > 0: build the same learner as rank 0, then mirror each command it announces."""
+    from r3l.build import load_model, quiet_libraries
+    from r3l.trainer import make_learner, seed_everything, trainable_policy
+
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    quiet_libraries()
+    join_group(rank, world, port, backend, timeout_s)
+    config = rank_config(Config.model_validate(config_json), rank)
+    seed_everything(config.run.seed)
+    model, tokenizer = load_model(config)
+    model, ref_model = trainable_policy(config, model)
+    learner = make_learner(config, model, tokenizer, ref_model, ranks=RankGroup())
+    handlers = {
+        "update": lambda payload: learner.update(payload[0], behaviour_logprobs=payload[1]),
+        "gather_weights": lambda _: gather_weights(learner.model),
+        "gather_optimizer": lambda _: gather_optimizer(learner),
+        "scatter_weights": lambda _: scatter_weights(learner.model, {}),
+        "scatter_training_state": lambda payload: scatter_training_state(learner, payload),
+    }
+    try:
+        while True:
+            box: list = [None]
+            dist.broadcast_object_list(box, src=0)
+            name, payload = box[0]
+            if name == "stop":
+                break
+            handlers[name](payload)
+    finally:
+        dist.destroy_process_group()
+
+
+class LearnerGroup:
+    """Rank 0's learner: the Learner interface the trainer uses, over all ranks."""
+
+    def __init__(self, config: Config, model, tokenizer, ref_model):
+        settings = config.distributed
+        self.world = settings.learner_ranks
+        self.model = model
+        device = next(model.parameters()).device
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        port = free_port()
+        context = mp.get_context("spawn")
+        arguments = (self.world, config.model_dump(mode="json"), port, backend, settings.worker_timeout_s)
+        self.processes = [context.Process(target=serve_rank, args=(rank, *arguments), daemon=True)
+                          for rank in range(1, self.world)]
+        for process in self.processes:
+            process.start()
+        join_group(0, self.world, port, backend, settings.worker_timeout_s)
+        self.learner = _make(config, copy.deepcopy(model), tokenizer, ref_model)
+        self.closed = False
+
+    def _announce(self, name: str, payload: Any = None) -> None:
+        dead = [process.pid for process in self.processes if not process.is_alive()]
+        if dead:
+            raise RunStopped(f"learner rank process(es) {dead} exited; the run cannot go on (see their output above)")
+        dist.broadcast_object_list([(name, payload)], src=0)
+
+    def update(self, experiences: Sequence, behaviour_logprobs: bool = False) -> dict[str, float]:
+        self._announce("update", (list(experiences), behaviour_logprobs))
+        metrics = self.learner.update(experiences, behaviour_logprobs=behaviour_logprobs)
+        self._announce("gather_weights")
+        weights = gather_weights(self.learner.model)
+        with torch.no_grad():
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        tied = {name for name in missing if name.endswith("lm_head.weight")}  # one tensor with the embedding
+        if unexpected or set(missing) - tied:
+            raise RuntimeError(f"gathered weights do not fit the policy: missing {sorted(set(missing) - tied)[:3]}, "
+                               f"unexpected {unexpected[:3]}")
+        return metrics
+
+    def training_state(self) -> dict[str, Any]:
+        self._announce("gather_optimizer")
+        return {"optimizer": gather_optimizer(self.learner), "scheduler": self.learner.scheduler.state_dict(),
+                "nonfinite_updates": self.learner.nonfinite_updates}
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        """Resume: the plain copy's weights (already loaded from the checkpoint) and the optimizer state."""
+        self._announce("scatter_weights")
+        scatter_weights(self.learner.model, self.model.state_dict())
+        shared = {key: value for key, value in state.items() if key in ("scheduler", "nonfinite_updates")}
+        self._announce("scatter_training_state", shared)
+        scatter_training_state(self.learner, {**shared, "optimizer": state["optimizer"]})
+
+    @property
+    def nonfinite_streak(self) -> int:
+        return self.learner.nonfinite_streak
+
+    @property
+    def nonfinite_updates(self) -> int:
+        return self.learner.nonfinite_updates
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._announce("stop")
+        except RunStopped:
+            pass
+        for process in self.processes:
+            process.join(timeout=30)
+        dist.destroy_process_group()
+
+
+def _make(config: Config, model, tokenizer, ref_model):
+    from r3l.trainer import make_learner
+
+    return make_learner(config, model, tokenizer, ref_model, ranks=RankGroup())
