@@ -2,6 +2,7 @@
 the experiences one process does, weight syncs reach them, a dead worker stops the run in one line or is
 replaced, and `r3l train distributed.rollout_workers=2` runs end to end."""
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -142,5 +143,19 @@ def test_a_checkpoint_taken_with_batches_in_flight_redraws_them_on_resume(tmp_pa
         pending = trainer.pipeline.oldest_pending()
         assert pending is not None and trainer._trainer_state()["sampler"] == pending.sampler_state
         assert pending.sampler_state != before_first and pending.sampler_state != trainer.sampler.state_dict()
+    finally:
+        trainer.close()
+
+
+def test_a_worker_killed_before_a_weight_sync_fails_it_in_one_line(tmp_path):
+    import ray
+
+    trainer = trainer_with_workers(tmp_path, ARITHMETIC)
+    try:
+        ray.kill(trainer.rollout_pool.workers[0], no_restart=True)
+        started = time.perf_counter()
+        with pytest.raises(RunStopped, match=r"a rollout worker failed during its weight sync \(version 1\)"):
+            trainer._sync_generators()
+        assert time.perf_counter() - started < 60
     finally:
         trainer.close()
