@@ -166,6 +166,12 @@ class DistributedConfig(Section):
                                     "default: start a local one")
     worker_cpus: float = Field(1.0, gt=0, description="CPUs per rollout worker (also its torch threads)")
     worker_gpus: float = Field(0.0, ge=0, description="GPUs per rollout worker (fractions share one)")
+    placement: Literal["pack", "spread", "strict_spread"] = Field(
+        "pack", description="how Ray places the rollout workers on a cluster's nodes (a placement group: pack = "
+        "as few nodes as fit, spread = across nodes where possible, strict_spread = one node each)")
+    weight_sync: Literal["object_store", "broadcast"] = Field(
+        "object_store", description="how weights reach the rollout workers: Ray's object store (one copy per "
+        "node), or a bucketed broadcast over a gloo process group of the trainer and the workers")
     on_worker_failure: Literal["fail", "retry"] = Field("fail", description="a worker that dies or times out: "
                                                         "stop the run, or replace it and rerun its shard once")
     worker_timeout_s: float = Field(1800.0, gt=0, description="a worker's start, weight sync or shard must "

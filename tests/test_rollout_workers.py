@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from r3l.config import load_config
 from r3l.distributed.sharding import contiguous_shards, merge_shard_metrics
@@ -159,3 +160,59 @@ def test_a_worker_killed_before_a_weight_sync_fails_it_in_one_line(tmp_path):
         assert time.perf_counter() - started < 60
     finally:
         trainer.close()
+
+
+def test_workers_are_placed_across_the_nodes_of_a_two_node_cluster(tmp_path):
+    """A fake two-node Ray cluster (two raylets on this machine, one CPU each): strict_spread puts one worker on
+    each node, and the run explores as in one process."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address)
+    try:
+        trainer = trainer_with_workers(tmp_path, [*ARITHMETIC, "distributed.placement=strict_spread"])
+        try:
+            nodes = trainer.rollout_pool.nodes()
+            assert len(set(nodes)) == 2 and set(nodes) == {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+            tasks = trainer.sampler.next_batch(trainer.config.train.tasks_per_step)
+            same_experiences(trainer.rollout_pool.explore(tasks, 0)[0], trainer.parts.strategy.explore(tasks, 0)[0])
+        finally:
+            trainer.close()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_weights_streamed_by_broadcast_reach_the_workers(tmp_path):
+    """distributed.weight_sync=broadcast (buckets over a gloo group of trainer and workers): after an update
+    the workers explore exactly what the trainer's own generator does; a dead receiver fails the next sync."""
+    import ray
+
+    trainer = trainer_with_workers(tmp_path, [*ARITHMETIC, "distributed.weight_sync=broadcast",
+                                              "distributed.worker_timeout_s=30"])
+    try:
+        assert trainer.rollout_pool.stream is not None  # opened by the first sync, at start
+        trainer.train_step()
+        assert trainer.rollout_pool.version == 1
+        tasks = trainer.sampler.next_batch(trainer.config.train.tasks_per_step)
+        same_experiences(trainer.rollout_pool.explore(tasks, 1)[0], trainer.parts.strategy.explore(tasks, 1)[0])
+        ray.kill(trainer.rollout_pool.workers[1], no_restart=True)
+        started = time.perf_counter()
+        with pytest.raises(RunStopped, match=r"a rollout worker failed during its weight sync \(version 2\)"):
+            trainer._sync_generators()
+        assert time.perf_counter() - started < 60
+    finally:
+        trainer.close()
+
+
+def test_weight_stream_buckets():
+    from r3l.distributed.weight_stream import Entry, plan_buckets
+
+    f32, i64 = torch.float32, torch.int64
+    entries = [Entry("a", (4,), f32), Entry("b", (2,), f32), Entry("c", (3,), i64), Entry("d", (10,), f32),
+               Entry("e", (1,), f32)]
+    # 16 + 8 bytes fit a 32-byte bucket; the int64 tensor starts its own; 40 bytes alone exceed it
+    assert plan_buckets(entries, bucket_bytes=32) == [[0, 1], [2], [3], [4]]
+    assert plan_buckets(entries, bucket_bytes=1 << 20) == [[0, 1], [2], [3, 4]]

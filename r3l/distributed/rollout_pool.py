@@ -34,6 +34,9 @@ class RolloutPool:
 
         self._ray = ray
         self.settings = config.distributed
+        if self.settings.weight_sync == "broadcast" and self.settings.on_worker_failure == "retry":
+            raise UserError("distributed.weight_sync=broadcast cannot take in a replacement worker (its process "
+                            "group is fixed); use on_worker_failure=fail or weight_sync=object_store")
         self._config = config.model_dump(mode="json")
         self._dtype = getattr(torch, config.generator.dtype)
         self._started_ray = not ray.is_initialized()
@@ -45,19 +48,45 @@ class RolloutPool:
                      runtime_env={"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
                                                "TOKENIZERS_PARALLELISM": "false"}})
         self._actor = ray.remote(RolloutWorker)
+        self.stream = None
         self.restarts = 0
         self.version = -1
         self._weights = None
         started = time.perf_counter()
-        self.workers = [self._start_worker() for _ in range(self.settings.rollout_workers)]
+        self._placement = self._reserve()
+        self.workers = [self._start_worker(index) for index in range(self.settings.rollout_workers)]
         self._wait([worker.ready.remote() for worker in self.workers], "start")
         console.print(f"{len(self.workers)} rollout workers ready in {time.perf_counter() - started:.0f} s")
 
-    def _start_worker(self):
+    def _reserve(self):
+        """One placement-group bundle per worker, placed by `distributed.placement`; waits until it fits."""
+        from ray.util.placement_group import placement_group
+
+        bundle = {"CPU": self.settings.worker_cpus, **({"GPU": self.settings.worker_gpus}
+                                                       if self.settings.worker_gpus else {})}
+        group = placement_group([bundle] * self.settings.rollout_workers,
+                                strategy=self.settings.placement.upper())
+        try:
+            self._ray.get(group.ready(), timeout=self.settings.worker_timeout_s)
+        except self._ray.exceptions.GetTimeoutError:
+            raise RunStopped(f"the Ray cluster cannot place {self.settings.rollout_workers} rollout workers of "
+                             f"{bundle} ({self.settings.placement}) within distributed.worker_timeout_s; "
+                             "free resources, lower distributed.worker_cpus/worker_gpus, or use placement=pack") from None
+        return group
+
+    def _start_worker(self, index: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         threads = max(1, int(self.settings.worker_cpus))
+        strategy = PlacementGroupSchedulingStrategy(self._placement, placement_group_bundle_index=index)
         return self._actor.options(num_cpus=self.settings.worker_cpus, num_gpus=self.settings.worker_gpus,
+                                   scheduling_strategy=strategy,
                                    runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}}
                                    ).remote(self._config, threads)
+
+    def nodes(self) -> list[str]:
+        """The Ray node of each worker, in order."""
+        return self._wait([worker.node.remote() for worker in self.workers], "node lookup")
 
     def _wait(self, futures: list, what: str) -> list:
         try:
@@ -69,12 +98,36 @@ class RolloutPool:
             raise RunStopped(f"a rollout worker failed during its {what}: {_first_line(error)}") from None
 
     def sync_weights(self, state_dict) -> None:
-        """Send these weights (as the generators' dtype, through Ray's object store, once) to every worker."""
+        """Send these weights, as the generators' dtype, to every worker: through Ray's object store (once per
+        node) or the weight stream (`distributed.weight_sync`)."""
         self.version += 1
-        self._weights = self._ray.put({name: tensor.detach().to("cpu", self._dtype)
-                                       for name, tensor in state_dict.items()})
-        self._wait([worker.sync_weights.remote(self._weights, self.version) for worker in self.workers],
-                   f"weight sync (version {self.version})")
+        what = f"weight sync (version {self.version})"
+        if self.settings.weight_sync == "object_store":
+            self._weights = self._ray.put({name: tensor.detach().to("cpu", self._dtype)
+                                           for name, tensor in state_dict.items()})
+            self._wait([worker.sync_weights.remote(self._weights, self.version) for worker in self.workers], what)
+            return
+        if self.stream is None:
+            self._open_stream(state_dict)
+        received = [worker.receive_weights.remote() for worker in self.workers]
+        try:
+            self.stream.send(self.version, state_dict)
+        except RuntimeError as error:
+            raise RunStopped(f"a rollout worker failed during its {what}: {_first_line(error)}") from None
+        self._wait(received, what)
+
+    def _open_stream(self, state_dict) -> None:
+        from ray.util import get_node_ip_address
+
+        from r3l.distributed.learner_group import free_port
+        from r3l.distributed.weight_stream import WeightStream, manifest
+
+        entries, host, port = manifest(state_dict, self._dtype), get_node_ip_address(), free_port()
+        world, timeout = len(self.workers) + 1, self.settings.worker_timeout_s
+        opened = [worker.open_stream.remote(host, port, rank, world, entries, timeout)
+                  for rank, worker in enumerate(self.workers, start=1)]
+        self.stream = WeightStream(host, port, 0, world, entries, timeout)  # waits for every worker to connect
+        self._wait(opened, "weight stream start")
 
     def explore(self, tasks: Sequence, step: int) -> tuple[list, dict[str, float]]:
         """The strategy's explore, one contiguous shard of `tasks` per worker; experiences in batch order."""
@@ -118,7 +171,7 @@ class RolloutPool:
 
     def _replace(self, index: int) -> None:
         self._ray.kill(self.workers[index], no_restart=True)
-        self.workers[index] = self._start_worker()
+        self.workers[index] = self._start_worker(index)
         self.restarts += 1
         self._wait([self.workers[index].ready.remote()], "start of a replacement")
         if self._weights is not None:
@@ -128,6 +181,9 @@ class RolloutPool:
         for worker in self.workers:
             self._ray.kill(worker, no_restart=True)
         self.workers = []
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(self._placement)
         if self._started_ray:
             self._ray.shutdown()
 

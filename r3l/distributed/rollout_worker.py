@@ -25,6 +25,23 @@ class RolloutWorker:
     def ready(self) -> int:
         return os.getpid()
 
+    def node(self) -> str:
+        """The Ray node this worker was placed on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def open_stream(self, host: str, port: int, rank: int, world: int, entries, timeout_s: float) -> int:
+        from r3l.distributed.weight_stream import WeightStream
+
+        self.stream = WeightStream(host, port, rank, world, entries, timeout_s)
+        return rank
+
+    def receive_weights(self) -> int:
+        """The next version from the trainer's weight stream, loaded into the generator."""
+        version, weights = self.stream.receive()
+        return self.sync_weights(weights, version)
+
     def sync_weights(self, state_dict, version: int) -> int:
         self.parts.generator.sync_weights(state_dict)
         self.version = version

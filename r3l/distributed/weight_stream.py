@@ -1,0 +1,83 @@
+"""Weights from the trainer to the rollout workers as a stream over a process group of their own: the
+version first, then the tensors in buckets (same dtype, up to `bucket_bytes`), broadcast from the trainer.
+gloo here (CPU tensors); the group is its own (a TCPStore and a ProcessGroup object), so it lives beside the
+learner ranks' default group."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+
+BUCKET_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def bytes(self) -> int:
+        return max(1, torch.Size(self.shape).numel()) * torch.empty((), dtype=self.dtype).element_size()
+
+
+def manifest(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> list[Entry]:
+    """What is sent, in order (`dtype`: what floating-point tensors are cast to before sending)."""
+    return [Entry(name, tuple(tensor.shape), dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
+            for name, tensor in state_dict.items()]
+
+
+def plan_buckets(entries: Sequence[Entry], bucket_bytes: int = BUCKET_BYTES) -> list[list[int]]:
+    """Consecutive entries of one dtype, up to `bucket_bytes` a bucket (a larger tensor is a bucket alone)."""
+    buckets: list[list[int]] = []
+    size = 0
+    for index, entry in enumerate(entries):
+        if buckets and entries[buckets[-1][0]].dtype == entry.dtype and size + entry.bytes <= bucket_bytes:
+            buckets[-1].append(index)
+            size += entry.bytes
+        else:
+            buckets.append([index])
+            size = entry.bytes
+    return buckets
+
+
+class WeightStream:
+    """One end of the stream: rank 0 sends (the trainer), ranks 1..N receive (the workers)."""
+
+    def __init__(self, host: str, port: int, rank: int, world: int, entries: Sequence[Entry], timeout_s: float,
+                 bucket_bytes: int = BUCKET_BYTES):
+        timeout = timedelta(seconds=timeout_s)
+        self.store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
+        self.group = dist.ProcessGroupGloo(self.store, rank, world, timeout)
+        self.rank = rank
+        self.entries = list(entries)
+        self.buckets = plan_buckets(self.entries, bucket_bytes)
+
+    def _broadcast(self, tensor: torch.Tensor) -> None:
+        self.group.broadcast([tensor], dist.BroadcastOptions()).wait()
+
+    def send(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        self._broadcast(torch.tensor([version], dtype=torch.int64))
+        for bucket in self.buckets:
+            entries = [self.entries[i] for i in bucket]
+            flat = torch.cat([state_dict[e.name].detach().to("cpu", e.dtype).reshape(-1) for e in entries])
+            self._broadcast(flat)
+
+    def receive(self) -> tuple[int, dict[str, torch.Tensor]]:
+        version = torch.zeros(1, dtype=torch.int64)
+        self._broadcast(version)
+        weights: dict[str, torch.Tensor] = {}
+        for bucket in self.buckets:
+            entries = [self.entries[i] for i in bucket]
+            flat = torch.empty(sum(torch.Size(e.shape).numel() for e in entries), dtype=entries[0].dtype)
+            self._broadcast(flat)
+            offset = 0
+            for entry in entries:
+                count = torch.Size(entry.shape).numel()
+                weights[entry.name] = flat[offset:offset + count].view(entry.shape)
+                offset += count
+        return int(version.item()), weights
