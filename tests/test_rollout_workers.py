@@ -216,3 +216,11 @@ def test_weight_stream_buckets():
     # 16 + 8 bytes fit a 32-byte bucket; the int64 tensor starts its own; 40 bytes alone exceed it
     assert plan_buckets(entries, bucket_bytes=32) == [[0, 1], [2], [3], [4]]
     assert plan_buckets(entries, bucket_bytes=1 << 20) == [[0, 1], [2], [3, 4]]
+
+
+def test_workers_the_cluster_cannot_hold_are_refused_in_one_line(tmp_path):
+    pytest.importorskip("ray")
+    result = run_cli("train", *ARITHMETIC, "distributed.rollout_workers=2", "distributed.worker_gpus=1",
+                     f"run.dir={tmp_path}", "run.name=nogpu", cwd=tmp_path, timeout=300)
+    assert result.returncode == 2 and "need 2 GPU (the cluster has 0)" in result.stderr
+    assert "Traceback" not in result.stderr and not (Path(tmp_path) / "nogpu").exists()

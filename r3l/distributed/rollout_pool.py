@@ -64,8 +64,15 @@ class RolloutPool:
 
         bundle = {"CPU": self.settings.worker_cpus, **({"GPU": self.settings.worker_gpus}
                                                        if self.settings.worker_gpus else {})}
-        group = placement_group([bundle] * self.settings.rollout_workers,
-                                strategy=self.settings.placement.upper())
+        workers, total = self.settings.rollout_workers, self._ray.cluster_resources()
+        short = [f"{amount * workers:g} {name} (the cluster has {total.get(name, 0):g})"
+                 for name, amount in bundle.items() if amount * workers > total.get(name, 0)]
+        if self.settings.placement == "strict_spread" and workers > len([n for n in self._ray.nodes() if n["Alive"]]):
+            short.append(f"{workers} nodes for placement=strict_spread")
+        if short:
+            raise UserError(f"{workers} rollout workers need {', '.join(short)}; lower distributed.rollout_workers, "
+                            "worker_cpus or worker_gpus, or start more Ray nodes")
+        group = placement_group([bundle] * workers, strategy=self.settings.placement.upper())
         try:
             self._ray.get(group.ready(), timeout=self.settings.worker_timeout_s)
         except self._ray.exceptions.GetTimeoutError:
