@@ -170,6 +170,31 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory written by 
 
 
 @app.command()
+def compare(
+    args: Optional[List[str]] = typer.Argument(None, help="Configs to compare (YAML files or algorithm presets such "
+                                               "as grpo, r3l), then key=value overrides for every run."),
+    seeds: str = typer.Option("3", "--seeds", help="A count (3: seeds 0-2) or a list (0,4,7)."),
+    base: Optional[str] = typer.Option(None, "--base", help="The config algorithm presets are applied to "
+                                       "(default: the default job's)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder of the comparison (default: runs/compare-ENV-TIME); "
+                                       "give an earlier one, without configs, to continue it."),
+    parallel: int = typer.Option(1, "--parallel", min=1, help="Runs at once (each its own process)."),
+    table_only: bool = typer.Option(False, "--table-only", help="Only rebuild the table and plot from the runs."),
+):
+    """Configs x seeds on one environment, resumable, then one table (held-out success, 95% interval, cost)
+    and one plot -> OUT/compare.md, compare.csv, compare.png."""
+    from r3l.compare.run import run_compare
+
+    names = [arg for arg in args or [] if "=" not in arg]
+    overrides = [arg for arg in args or [] if "=" in arg]
+    folder, markdown, failed = run_compare(names, overrides, seeds, base, out, parallel, table_only)
+    typer.echo(markdown + f"\nwritten: {folder / 'compare.md'}, {folder / 'compare.csv'}, {folder / 'compare.png'}")
+    if failed:
+        raise RunStopped(f"{failed} run(s) failed (their logs are beside their folders in {folder}); run the same "
+                         "command again to retry them")
+
+
+@app.command()
 def config(args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP)):
     """Print the fully resolved configuration (every key with its value; env.args with the environment's
     defaults filled in, a required one as null)."""

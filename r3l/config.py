@@ -162,6 +162,9 @@ class DistributedConfig(Section):
                                  "training process explores)")
     learner_ranks: int = Field(1, ge=1, description="processes the learner is sharded across with FSDP2 (gloo on "
                                "CPU, NCCL on GPUs: one GPU each); 1: the training process alone")
+    sharded_checkpoints: bool = Field(False, description="learner_ranks > 1: each rank saves its shards of the "
+                                      "policy and optimizer (torch.distributed.checkpoint) instead of gathering the "
+                                      "optimizer on rank 0; the weights are still written whole, for r3l eval")
     ray_address: str | None = Field(None, description="an existing Ray cluster (auto, or ray://HOST:PORT); "
                                     "default: start a local one")
     worker_cpus: float = Field(1.0, gt=0, description="CPUs per rollout worker (also its torch threads)")

@@ -107,6 +107,8 @@ class Trainer:
             raise
 
     def _build(self, config: Config, resume: bool) -> None:
+        if config.distributed.sharded_checkpoints and config.distributed.learner_ranks < 2:
+            raise UserError("distributed.sharded_checkpoints needs distributed.learner_ranks of 2 or more")
         if config.distributed.max_staleness and not config.distributed.rollout_workers:
             raise UserError("distributed.max_staleness needs rollout workers to explore while the learner trains: "
                             "set distributed.rollout_workers (1 or more), or max_staleness=0")
@@ -189,7 +191,9 @@ class Trainer:
         return {**self.learner.training_state(), "sampler": sampler, "history": self.history, "task_builds": builds}
 
     def checkpoint(self) -> Path:
+        sharded = getattr(self.learner, "write_sharded", None) if self.config.distributed.sharded_checkpoints else None
         return save_checkpoint(self.run_dir, self.step, self.model, self.parts.tokenizer, self._trainer_state(),
+                               write_sharded=sharded,
                                keep=self.config.train.keep_checkpoints)
 
     def evaluate(self, label: str, logger: MetricsLogger) -> None:

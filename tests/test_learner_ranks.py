@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -44,8 +45,10 @@ def test_two_learner_ranks_train_like_one_process(tmp_path):
          .splitlines() if "loss" in json.loads(line)]
 
 
-def test_a_two_rank_run_resumes_exactly(tmp_path):
-    args = [*common(tmp_path), "distributed.learner_ranks=2", "train.steps=4"]
+@pytest.mark.parametrize("sharded", [False, True], ids=["gathered", "sharded-checkpoints"])
+def test_a_two_rank_run_resumes_exactly(tmp_path, sharded):
+    args = [*common(tmp_path), "distributed.learner_ranks=2", "train.steps=4",
+            f"distributed.sharded_checkpoints={str(sharded).lower()}"]
     straight = run_cli("train", *args, "run.name=straight", cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
     interrupted = subprocess.Popen([sys.executable, "-m", "r3l.cli", "train", *args, "run.name=split"], cwd=tmp_path,
@@ -62,3 +65,5 @@ def test_a_two_rank_run_resumes_exactly(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    latest = tmp_path / "split" / "checkpoints" / "latest"
+    assert (latest / "sharded").is_dir() == sharded and (latest / "optimizer.pt").exists() != sharded

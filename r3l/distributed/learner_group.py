@@ -51,10 +51,31 @@ def scatter_weights(model, weights: dict[str, torch.Tensor]) -> None:
 def scatter_training_state(learner, state: dict[str, Any]) -> None:
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-    set_optimizer_state_dict(learner.model, learner.optimizer, state.get("optimizer", {}),
-                             options=_full_options(broadcast_from_rank0=True))
+    if not state.get("skip_optimizer"):
+        set_optimizer_state_dict(learner.model, learner.optimizer, state.get("optimizer", {}),
+                                 options=_full_options(broadcast_from_rank0=True))
     learner.scheduler.load_state_dict(state["scheduler"])
     learner.nonfinite_updates = state.get("nonfinite_updates", 0)
+
+
+def save_sharded(learner, folder: str) -> None:
+    """Each rank writes its shards of the policy and optimizer (torch.distributed.checkpoint; a collective)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(learner.model, learner.optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=folder)
+
+
+def load_sharded(learner, folder: str) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optimizer_state = get_state_dict(learner.model, learner.optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=folder)
+    set_state_dict(learner.model, learner.optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"])
 
 
 def free_port() -> int:
@@ -94,6 +115,8 @@ def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str
         "gather_optimizer": lambda _: gather_optimizer(learner),
         "scatter_weights": lambda _: scatter_weights(learner.model, {}),
         "scatter_training_state": lambda payload: scatter_training_state(learner, payload),
+        "save_sharded": lambda folder: save_sharded(learner, folder),
+        "load_sharded": lambda folder: load_sharded(learner, folder),
     }
     try:
         while True:
@@ -125,6 +148,7 @@ class LearnerGroup:
             process.start()
         join_group(0, self.world, port, backend, settings.worker_timeout_s)
         self.learner = _make(config, copy.deepcopy(model), tokenizer, ref_model)
+        self.sharded_checkpoints = settings.sharded_checkpoints
         self.closed = False
 
     def _announce(self, name: str, payload: Any = None) -> None:
@@ -147,15 +171,30 @@ class LearnerGroup:
         return metrics
 
     def training_state(self) -> dict[str, Any]:
-        self._announce("gather_optimizer")
-        return {"optimizer": gather_optimizer(self.learner), "scheduler": self.learner.scheduler.state_dict(),
-                "nonfinite_updates": self.learner.nonfinite_updates}
+        """Scheduler and counters; and the optimizer state gathered on rank 0, unless checkpoints are sharded
+        (then `write_sharded` saves it rank by rank)."""
+        state = {"scheduler": self.learner.scheduler.state_dict(), "nonfinite_updates": self.learner.nonfinite_updates}
+        if not self.sharded_checkpoints:
+            self._announce("gather_optimizer")
+            state["optimizer"] = gather_optimizer(self.learner)
+        return state
+
+    def write_sharded(self, folder) -> None:
+        self._announce("save_sharded", str(folder))
+        save_sharded(self.learner, str(folder))
 
     def load_training_state(self, state: dict[str, Any]) -> None:
-        """Resume: the plain copy's weights (already loaded from the checkpoint) and the optimizer state."""
+        """Resume: from the ranks' sharded state, or from the plain copy's weights (already loaded from the
+        checkpoint) and the gathered optimizer state."""
+        shared = {key: value for key, value in state.items() if key in ("scheduler", "nonfinite_updates")}
+        if "sharded" in state:
+            self._announce("load_sharded", str(state["sharded"]))
+            load_sharded(self.learner, str(state["sharded"]))
+            self._announce("scatter_training_state", {**shared, "skip_optimizer": True})
+            scatter_training_state(self.learner, {**shared, "skip_optimizer": True})
+            return
         self._announce("scatter_weights")
         scatter_weights(self.learner.model, self.model.state_dict())
-        shared = {key: value for key, value in state.items() if key in ("scheduler", "nonfinite_updates")}
         self._announce("scatter_training_state", shared)
         scatter_training_state(self.learner, {**shared, "optimizer": state["optimizer"]})
 

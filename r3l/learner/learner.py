@@ -10,6 +10,7 @@ import torch
 
 from r3l.algorithms import POLICY_LOSSES, aggregate, entropy_from_logits, kl_penalty, token_logprobs
 from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
+from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.learner.batching import (collate, collate_shared_prefix, forward_work, micro_batches, prefix_micro_batches,
                                   shared_prefix_length)
@@ -103,6 +104,9 @@ class Learner:
                 "nonfinite_updates": self.nonfinite_updates}
 
     def load_training_state(self, state: dict) -> None:
+        if "optimizer" not in state:
+            raise UserError("this checkpoint's optimizer state was saved sharded by several learner ranks; resume "
+                            "with the distributed.learner_ranks it was written with")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_updates = state.get("nonfinite_updates", 0)

@@ -1,0 +1,113 @@
+"""Which runs a comparison has (arm x seed), where each lives, what state it is in and how to run it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from r3l.config import PRESET_DIR
+from r3l.errors import UserError
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One config of the comparison: a YAML file, or an algorithm preset applied to the base config."""
+    label: str
+    config: str | None  # a YAML path (or None: the base config)
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    arm: Arm
+    seed: int
+    directory: Path
+
+    def state(self) -> str:
+        """'done' (finished: summary.json), 'partial' (a checkpoint to resume from) or 'new'."""
+        if (self.directory / "summary.json").exists():
+            return "done"
+        if (self.directory / "checkpoints" / "latest").exists():
+            return "partial"
+        return "new"
+
+
+def algorithm_presets() -> list[str]:
+    return sorted(path.stem for path in (PRESET_DIR / "algorithms").glob("*.yaml"))
+
+
+def make_arms(names: Sequence[str], base: str | None) -> list[Arm]:
+    """An arm per name: a YAML file, or an algorithm preset (on `base`); labels are unique."""
+    arms, presets = [], algorithm_presets()
+    for name in names:
+        path = Path(name)
+        if path.suffix in (".yaml", ".yml"):
+            if not path.exists():
+                raise UserError(f"config file {name} does not exist")
+            arms.append(Arm(path.stem, str(path), ()))
+        elif name in presets:
+            arms.append(Arm(name, base, (f"algorithm={name}",)))
+        else:
+            raise UserError(f"'{name}' is neither a YAML file nor an algorithm preset ({', '.join(presets)})")
+    labels = [arm.label for arm in arms]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"two configs share the name '{next(l for l in labels if labels.count(l) > 1)}'; give "
+                        "each its own file name")
+    return arms
+
+
+def plan_runs(arms: Sequence[Arm], seeds: Sequence[int], out: Path) -> list[RunSpec]:
+    return [RunSpec(arm, seed, out / arm.label / f"seed{seed}") for arm in arms for seed in seeds]
+
+
+def train_command(spec: RunSpec, overrides: Sequence[str]) -> list[str]:
+    """The `r3l train` command line of a run: resume it where it stopped, or start it in its directory."""
+    if spec.state() == "partial":
+        return [sys.executable, "-m", "r3l.cli", "train", "--resume", str(spec.directory)]
+    config = [spec.arm.config] if spec.arm.config else []
+    return [sys.executable, "-m", "r3l.cli", "train", *config, *spec.arm.overrides, *overrides,
+            f"run.seed={spec.seed}", f"run.dir={spec.directory.parent}", f"run.name={spec.directory.name}",
+            "logging.progress=false"]
+
+
+def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, log) -> list[RunSpec]:
+    """Run every unfinished run, `parallel` at a time, each in its own process (its output in
+    RUN/compare.log); returns the runs that failed."""
+    pending = [spec for spec in specs if spec.state() != "done"]
+    running: list[tuple[RunSpec, subprocess.Popen]] = []
+    failed = []
+    while pending or running:
+        while pending and len(running) < parallel:
+            spec = pending.pop(0)
+            spec.directory.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(spec.directory.parent / f"{spec.directory.name}.log", "a")
+            log(f"{spec.arm.label} seed {spec.seed}: {spec.state()} -> running")
+            running.append((spec, subprocess.Popen(train_command(spec, overrides), stdout=handle, stderr=handle)))
+        spec, process = running.pop(0)
+        if process.wait() != 0:
+            failed.append(spec)
+            log(f"{spec.arm.label} seed {spec.seed}: failed (exit {process.returncode}; see "
+                f"{spec.directory.parent / (spec.directory.name + '.log')})")
+        else:
+            log(f"{spec.arm.label} seed {spec.seed}: done")
+    return failed
+
+
+def write_plan(out: Path, arms: Sequence[Arm], seeds: Sequence[int], overrides: Sequence[str]) -> None:
+    """compare.json: what the comparison is, so `--table-only` and a resumed compare read the same plan."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps({
+        "arms": [{"label": a.label, "config": a.config, "overrides": list(a.overrides)} for a in arms],
+        "seeds": list(seeds), "overrides": list(overrides)}, indent=1))
+
+
+def read_plan(out: Path) -> tuple[list[Arm], list[int], list[str]]:
+    path = out / "compare.json"
+    if not path.exists():
+        raise UserError(f"{out} holds no comparison (compare.json); run r3l compare CONFIGS --out {out} first")
+    plan = json.loads(path.read_text())
+    arms = [Arm(a["label"], a["config"], tuple(a["overrides"])) for a in plan["arms"]]
+    return arms, plan["seeds"], plan["overrides"]
