@@ -171,3 +171,14 @@ def test_train_progress_live_bar_runs():
         for step in range(1, 4):
             progress.update(step, {"reward": 0.5, "tokens_per_s": 10.0})
     assert "3/3" in out.getvalue()
+
+
+def test_r3l_reflection_panel_and_pivot_histogram(tmp_path):
+    from r3l.logging.plots import _series, pivot_histogram
+
+    rows = [{"step": 1, "valid_report_rate": 0.5, "retry_success": 0.25, "pivot_count/0": 2.0, "pivot_count/3": 1.0},
+            {"step": 2, "valid_report_rate": 0.75, "retry_success": 0.5, "pivot_count/3": 2.0, "pivot_count/12": 1.0}]
+    _write_rows(tmp_path, rows)
+    assert pivot_histogram(_series(rows)) == {0: 2.0, 3: 3.0, 12: 1.0}
+    names = {p.name for p in render_report(tmp_path)}
+    assert {"reflection.png", "pivots.png"} <= names

@@ -86,6 +86,8 @@ def test_the_r3l_rollout_line_on_textworld_express(tmp_path):
     kinds_of_sft = {r["meta"]["sft_of"] for r in sft}
     assert kinds_of_sft == {"reflection", "guided_retry", "success_reflection"}, "with these seeds each rule fires"
     assert metrics["retry_count"] == len(retries) and metrics["invalid_report_rate"] == 0.0
+    assert metrics["valid_report_rate"] == 1.0
+    assert sum(v for k, v in metrics.items() if k.startswith("pivot_count/")) == len(retries)
     shown = result.stdout + result.stderr
     assert "reflection report" in shown and "pivot=" in shown and "guidance" in shown
 

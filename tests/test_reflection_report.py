@@ -130,6 +130,7 @@ def test_stats_count_valid_and_invalid_by_code():
     assert stats.invalid == {"no_json": 1, "bad_step": 1, "bad_outcome": 1}
     metrics = stats.metrics()
     assert metrics["invalid_report_rate"] == pytest.approx(3 / 5)
+    assert metrics["valid_report_rate"] == pytest.approx(2 / 5)
     assert metrics["invalid_report/bad_step"] == pytest.approx(1 / 5)
     assert metrics["invalid_report/too_long"] == 0.0
     assert {k for k in metrics if k.startswith("invalid_report/")} == {f"invalid_report/{c}" for c in REASON_CODES}

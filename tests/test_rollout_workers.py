@@ -35,6 +35,7 @@ def test_merged_metrics_sum_counts_and_weight_means_by_tasks():
                                   ({"success": 0.0, "generated_tokens": 40.0, "pivot_mean": 2.0}, 1)])
     assert merged == {"success": pytest.approx(0.375), "generated_tokens": 140.0, "retry_count": 2.0,
                       "pivot_mean": 2.0}
+    assert merge_shard_metrics([({"pivot_count/2": 1.0}, 2), ({"pivot_count/2": 3.0}, 1)]) == {"pivot_count/2": 4.0}
 
 
 def trainer_with_workers(tmp_path, overrides, workers=2, failure="fail"):

@@ -5,7 +5,13 @@ from typing import Sequence
 
 # metrics that count things (summed across shards); every other metric is a mean (weighted by tasks)
 COUNTED = frozenset({"generated_tokens", "base_count", "base_successes", "base_generated_tokens", "replay_mismatches",
-                     "retry_count", "filled_slots", "success_reflections_trained", "prompts_over_context"})
+                     "retry_count", "filled_slots", "success_reflections_trained", "prompts_over_context",
+                     "report_count"})
+COUNTED_PREFIXES = ("pivot_count/",)
+
+
+def is_counted(key: str) -> bool:
+    return key in COUNTED or key.startswith(COUNTED_PREFIXES)
 
 
 def contiguous_shards(tasks: int, workers: int) -> list[range]:
@@ -32,7 +38,7 @@ def merge_shard_metrics(parts: Sequence[tuple[dict[str, float], int]]) -> dict[s
     weights: dict[str, int] = {}
     for metrics, tasks in parts:
         for key, value in metrics.items():
-            if key in COUNTED:
+            if is_counted(key):
                 merged[key] = merged.get(key, 0.0) + value
             else:
                 merged[key] = merged.get(key, 0.0) + value * tasks

@@ -303,6 +303,7 @@ class R3LStrategy(Strategy):
             "pivot_mean": mean(pivots),
             "pivot_zero_fraction": mean(float(p == 0) for p in pivots),
             "pivot_relative_mean": mean(retry.start.pivot / max(1, run.episode.num_steps) for run, retry in retries),
+            **{f"pivot_count/{pivot}": float(count) for pivot, count in sorted(Counter(pivots).items())},
             "retry_tokenization_drift_rate": mean(float(e.conversation.drift() > 0) for e in episodes),
             **termination_metrics(episodes, prefix="retry_"),
         })

@@ -52,7 +52,7 @@ PANELS: list[Panel] = [
     Panel("response_length", "response length", "tokens",
           lambda k: bool({"length", "len"} & set(_tokens(k))) or "response_len" in k.lower()),
     Panel("reflection", "R3L: reports, retries, pivots", "rate / mean",
-          lambda k: k in ("invalid_report_rate", "retry_improvement_rate", "pivot_relative_mean",
+          lambda k: k in ("valid_report_rate", "retry_success", "retry_improvement_rate", "pivot_relative_mean",
                           "pivot_zero_fraction", "retry_slots_unused")),
     Panel("termination", "how episodes ended", "share of episodes", lambda k: k.startswith("termination/")),
     Panel("nonfinite", "non-finite updates (dropped)", "count", lambda k: k == "nonfinite_updates"),
@@ -177,6 +177,30 @@ def _render_bench(bench_path: Path, out_dir: Path) -> Path | None:
     return path
 
 
+def pivot_histogram(series: Series) -> dict[int, float]:
+    """Retries per pivot (the step a retry restarted from), summed over the run's steps."""
+    counts = {int(key.split("/", 1)[1]): sum(v for v in values if math.isfinite(v))
+              for key, (_, values) in series.items() if key.startswith("pivot_count/")}
+    return dict(sorted(counts.items()))
+
+
+def _render_pivots(series: Series, out_dir: Path) -> Path | None:
+    counts = pivot_histogram(series)
+    if not counts:
+        return None
+    fig = _new_figure(7, 4)
+    ax = fig.add_subplot()
+    bars = ax.bar(list(counts), list(counts.values()))
+    ax.bar_label(bars, fmt="%.0f", fontsize="small")
+    ax.set_title("R3L: where retries restarted (pivot histogram, whole run)")
+    ax.set_xlabel("pivot (environment step the retry restarts from)")
+    ax.set_ylabel("retries")
+    ax.grid(True, axis="y", alpha=0.3)
+    path = out_dir / "pivots.png"
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def render_report(run_dir: Path) -> list[Path]:
     """Write one PNG per available panel, overview.png (all panels) and bench.png into run_dir/plots/.
 
@@ -217,6 +241,10 @@ def render_report(run_dir: Path) -> list[Path]:
             path = out_dir / "overview.png"
             fig.savefig(path, dpi=100)
             written.append(path)
+
+        pivots = _render_pivots(series, out_dir)
+        if pivots is not None:
+            written.append(pivots)
 
     if bench_path.is_file():
         path = _render_bench(bench_path, out_dir)

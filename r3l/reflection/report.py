@@ -190,6 +190,8 @@ class ReportStats:
         """`invalid_report_rate` and `invalid_report/<code>` (fraction of all reports, every code)."""
         total = self.total
         rate = (lambda n: n / total) if total else (lambda n: 0.0)
-        out = {"report_count": float(total), "invalid_report_rate": rate(sum(self.invalid.values()))}
+        invalid = rate(sum(self.invalid.values()))
+        out = {"report_count": float(total), "invalid_report_rate": invalid,
+               "valid_report_rate": 1.0 - invalid if total else 0.0}
         out.update({f"invalid_report/{code}": rate(self.invalid[code]) for code in REASON_CODES})
         return out
