@@ -225,3 +225,17 @@ def test_workers_the_cluster_cannot_hold_are_refused_in_one_line(tmp_path):
                      f"run.dir={tmp_path}", "run.name=nogpu", cwd=tmp_path, timeout=300)
     assert result.returncode == 2 and "need 2 GPU (the cluster has 0)" in result.stderr
     assert "Traceback" not in result.stderr and not (Path(tmp_path) / "nogpu").exists()
+
+
+def test_with_staleness_a_dead_worker_is_replaced_at_the_sync_and_its_batch_rerun(tmp_path):
+    import ray
+
+    trainer = trainer_with_workers(tmp_path, [*ARITHMETIC, "train.steps=3", "distributed.max_staleness=1"],
+                                   failure="retry")
+    try:
+        trainer.train_step()
+        ray.kill(trainer.rollout_pool.workers[1], no_restart=True)
+        lags = [trainer.train_step()["staleness"] for _ in range(2)]  # the sync replaces it; the rerun uses it
+        assert trainer.rollout_pool.restarts == 1 and trainer.step == 3 and max(lags) <= 1
+    finally:
+        trainer.close()

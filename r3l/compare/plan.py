@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, l
     while pending or running:
         while pending and len(running) < parallel:
             spec = pending.pop(0)
+            if spec.state() == "new" and spec.directory.exists():  # died before its first checkpoint: start over
+                shutil.rmtree(spec.directory)
             spec.directory.parent.mkdir(parents=True, exist_ok=True)
             handle = open(spec.directory.parent / f"{spec.directory.name}.log", "a")
             log(f"{spec.arm.label} seed {spec.seed}: {spec.state()} -> running")

@@ -19,6 +19,8 @@ def parse_seeds(text: str) -> list[int]:
     except ValueError:
         raise UserError(f"--seeds {text}: give a count (3) or a comma-separated list (0,1,2)") from None
     if len(values) == 1 and "," not in text:
+        if values[0] < 1:
+            raise UserError(f"--seeds {text}: a count must be at least 1")
         return list(range(values[0]))
     if not values or len(set(values)) != len(values):
         raise UserError(f"--seeds {text}: give a count (3) or distinct seeds (0,1,2)")

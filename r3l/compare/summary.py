@@ -32,9 +32,12 @@ def read_run(spec: RunSpec) -> RunResult:
         after = json.loads(summary.read_text()).get("eval_after") or {}
         result.final = after.get("success")
     metrics = spec.directory / "metrics.jsonl"
+    latest: dict[tuple[int, bool], dict] = {}  # a resume after a crash repeats the steps since its checkpoint
     for line in metrics.read_text().splitlines() if metrics.exists() else []:
         record = json.loads(line)
-        if "step_seconds" in record:
+        latest[(record["step"], "step_seconds" in record)] = record
+    for (_, is_step), record in sorted(latest.items(), key=lambda item: item[0]):
+        if is_step:
             result.steps = max(result.steps, record["step"])
             result.seconds += record["step_seconds"]
             result.generated_tokens += record.get("generated_tokens") or 0.0

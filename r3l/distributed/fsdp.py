@@ -43,16 +43,19 @@ class RankGroup:
         gradient after the first of the two backward passes, so there a layer cannot be a group of its own).
         Every rank first takes rank 0's weights. FSDP averages gradients over ranks, so the learner scales each
         rank's backward by the world size (`backward_scale`): each rank's loss is its share of one sum."""
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        device = next(policy.parameters()).device
+        mesh = init_device_mesh(device.type, (self.world,))  # the policy's device type, not the machine's default
         with torch.no_grad():
             for tensor in policy.state_dict().values():
                 dist.broadcast(tensor, src=0)
         if per_layer:
             for name, module in policy.named_modules():
                 if _is_decoder_layer(name, module):
-                    fully_shard(module)
-        fully_shard(root)
+                    fully_shard(module, mesh=mesh)
+        fully_shard(root, mesh=mesh)
 
     @property
     def backward_scale(self) -> float:

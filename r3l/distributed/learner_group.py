@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import socket
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Sequence
 
@@ -85,7 +87,12 @@ def free_port() -> int:
 
 
 def join_group(rank: int, world: int, port: int, backend: str, timeout_s: float) -> None:
+    """Join the learner ranks' group; on CUDA, rank r on GPU r, with gloo beside NCCL for the CPU-side
+    collectives (command broadcasts, metric sums)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
 
 
@@ -101,6 +108,7 @@ def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str
     from r3l.build import load_model, quiet_libraries
     from r3l.trainer import make_learner, seed_everything, trainable_policy
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle: it finishes the step, then stops us
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     quiet_libraries()
     join_group(rank, world, port, backend, timeout_s)
@@ -146,22 +154,44 @@ class LearnerGroup:
                           for rank in range(1, self.world)]
         for process in self.processes:
             process.start()
-        join_group(0, self.world, port, backend, settings.worker_timeout_s)
-        self.learner = _make(config, copy.deepcopy(model), tokenizer, ref_model)
-        self.sharded_checkpoints = settings.sharded_checkpoints
         self.closed = False
+        self.busy = True  # until the group is up: a failure now cannot send "stop" to ranks not listening
+        try:
+            join_group(0, self.world, port, backend, settings.worker_timeout_s)
+            self.learner = _make(config, copy.deepcopy(model), tokenizer, ref_model)
+        except BaseException:
+            self.close()
+            raise
+        self.busy = False
+        self.sharded_checkpoints = settings.sharded_checkpoints
+
+    def _dead(self) -> list[int]:
+        return [rank for rank, process in enumerate(self.processes, start=1) if not process.is_alive()]
 
     def _announce(self, name: str, payload: Any = None) -> None:
-        dead = [process.pid for process in self.processes if not process.is_alive()]
-        if dead:
-            raise RunStopped(f"learner rank process(es) {dead} exited; the run cannot go on (see their output above)")
+        if self._dead():
+            raise RunStopped(f"learner rank(s) {self._dead()} exited; the run cannot go on (see their output above)")
+        self.busy = True  # until the command's collectives are done (see `_command`)
         dist.broadcast_object_list([(name, payload)], src=0)
 
+    @contextmanager
+    def _command(self):
+        """Run the collectives of one command; a backend error (a rank died or timed out) stops the run in one
+        line, and `busy` stays set so that `close` does not wait on ranks that are out of step."""
+        try:
+            yield
+        except RuntimeError as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            dead = f"rank(s) {self._dead()} exited; " if self._dead() else ""
+            raise RunStopped(f"the learner ranks fell out of step: {dead}{reason}") from None
+        self.busy = False
+
     def update(self, experiences: Sequence, behaviour_logprobs: bool = False) -> dict[str, float]:
-        self._announce("update", (list(experiences), behaviour_logprobs))
-        metrics = self.learner.update(experiences, behaviour_logprobs=behaviour_logprobs)
-        self._announce("gather_weights")
-        weights = gather_weights(self.learner.model)
+        with self._command():
+            self._announce("update", (list(experiences), behaviour_logprobs))
+            metrics = self.learner.update(experiences, behaviour_logprobs=behaviour_logprobs)
+            self._announce("gather_weights")
+            weights = gather_weights(self.learner.model)
         with torch.no_grad():
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
         tied = {name for name in missing if name.endswith("lm_head.weight")}  # one tensor with the embedding
@@ -175,28 +205,31 @@ class LearnerGroup:
         (then `write_sharded` saves it rank by rank)."""
         state = {"scheduler": self.learner.scheduler.state_dict(), "nonfinite_updates": self.learner.nonfinite_updates}
         if not self.sharded_checkpoints:
-            self._announce("gather_optimizer")
-            state["optimizer"] = gather_optimizer(self.learner)
+            with self._command():
+                self._announce("gather_optimizer")
+                state["optimizer"] = gather_optimizer(self.learner)
         return state
 
     def write_sharded(self, folder) -> None:
-        self._announce("save_sharded", str(folder))
-        save_sharded(self.learner, str(folder))
+        with self._command():
+            self._announce("save_sharded", str(folder))
+            save_sharded(self.learner, str(folder))
 
     def load_training_state(self, state: dict[str, Any]) -> None:
         """Resume: from the ranks' sharded state, or from the plain copy's weights (already loaded from the
         checkpoint) and the gathered optimizer state."""
         shared = {key: value for key, value in state.items() if key in ("scheduler", "nonfinite_updates")}
-        if "sharded" in state:
-            self._announce("load_sharded", str(state["sharded"]))
-            load_sharded(self.learner, str(state["sharded"]))
-            self._announce("scatter_training_state", {**shared, "skip_optimizer": True})
-            scatter_training_state(self.learner, {**shared, "skip_optimizer": True})
-            return
-        self._announce("scatter_weights")
-        scatter_weights(self.learner.model, self.model.state_dict())
-        self._announce("scatter_training_state", shared)
-        scatter_training_state(self.learner, {**shared, "optimizer": state["optimizer"]})
+        with self._command():
+            if "sharded" in state:
+                self._announce("load_sharded", str(state["sharded"]))
+                load_sharded(self.learner, str(state["sharded"]))
+                self._announce("scatter_training_state", {**shared, "skip_optimizer": True})
+                scatter_training_state(self.learner, {**shared, "skip_optimizer": True})
+                return
+            self._announce("scatter_weights")
+            scatter_weights(self.learner.model, self.model.state_dict())
+            self._announce("scatter_training_state", shared)
+            scatter_training_state(self.learner, {**shared, "optimizer": state["optimizer"]})
 
     @property
     def nonfinite_streak(self) -> int:
@@ -207,16 +240,23 @@ class LearnerGroup:
         return self.learner.nonfinite_updates
 
     def close(self) -> None:
+        """Stop the other ranks: by a "stop" command when they are waiting for one, else (a command failed
+        half-way, or the group never came up) by terminating them."""
         if self.closed:
             return
         self.closed = True
-        try:
-            self._announce("stop")
-        except RunStopped:
-            pass
+        if not self.busy and not self._dead():
+            try:
+                self._announce("stop")
+            except (RunStopped, RuntimeError):
+                pass
         for process in self.processes:
-            process.join(timeout=30)
-        dist.destroy_process_group()
+            process.join(timeout=30 if not self.busy else 0)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=10)
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _make(config: Config, model, tokenizer, ref_model):

@@ -22,6 +22,7 @@ class Exploration:
     step: int
     version: int
     futures: list[Any]
+    workers: list[Any]  # who was given each shard (a worker replaced since is not replaced again)
 
 
 class RolloutPool:
@@ -53,9 +54,14 @@ class RolloutPool:
         self.version = -1
         self._weights = None
         started = time.perf_counter()
-        self._placement = self._reserve()
-        self.workers = [self._start_worker(index) for index in range(self.settings.rollout_workers)]
-        self._wait([worker.ready.remote() for worker in self.workers], "start")
+        self._placement, self.workers = None, []
+        try:
+            self._placement = self._reserve()
+            self.workers = [self._start_worker(index) for index in range(self.settings.rollout_workers)]
+            self._wait([worker.ready.remote() for worker in self.workers], "start")
+        except BaseException:
+            self.close()  # no actor, placement group or local Ray left behind
+            raise
         console.print(f"{len(self.workers)} rollout workers ready in {time.perf_counter() - started:.0f} s")
 
     def _reserve(self):
@@ -112,7 +118,17 @@ class RolloutPool:
         if self.settings.weight_sync == "object_store":
             self._weights = self._ray.put({name: tensor.detach().to("cpu", self._dtype)
                                            for name, tensor in state_dict.items()})
-            self._wait([worker.sync_weights.remote(self._weights, self.version) for worker in self.workers], what)
+            futures = [worker.sync_weights.remote(self._weights, self.version) for worker in self.workers]
+            if self.settings.on_worker_failure != "retry":
+                self._wait(futures, what)
+                return
+            for index, future in enumerate(futures):  # a worker that died (e.g. exploring a batch ahead) is replaced
+                try:
+                    self._ray.get(future, timeout=self.settings.worker_timeout_s)
+                except (self._ray.exceptions.RayError, self._ray.exceptions.GetTimeoutError) as error:
+                    console.print(f"[yellow]rollout worker {index} failed during its {what}: {_first_line(error)}; "
+                                  "replacing it[/]")
+                    self._replace(index)  # the replacement gets these weights
             return
         if self.stream is None:
             self._open_stream(state_dict)
@@ -146,7 +162,8 @@ class RolloutPool:
         shards = contiguous_shards(len(tasks), len(self.workers))
         futures = [self.workers[index].explore.remote([tasks[i] for i in shard], step, self.version)
                    for index, shard in enumerate(shards)]
-        return Exploration([[tasks[i] for i in shard] for shard in shards], step, self.version, futures)
+        return Exploration([[tasks[i] for i in shard] for shard in shards], step, self.version, futures,
+                           list(self.workers[:len(shards)]))
 
     def collect(self, exploration: "Exploration") -> tuple[list, dict[str, float], int]:
         """(experiences in batch order, merged metrics, the oldest weights version any shard used)."""
@@ -171,7 +188,8 @@ class RolloutPool:
                 raise RunStopped(f"{where}: {reason}; set distributed.on_worker_failure=retry to replace it and "
                                  "rerun its shard") from None
         console.print(f"[yellow]{where}: {reason}; replacing it and rerunning its shard[/]")
-        self._replace(index)  # the replacement has the newest weights, so the rerun explores with those
+        if self.workers[index] is exploration.workers[index]:
+            self._replace(index)  # the replacement has the newest weights, so the rerun explores with those
         experiences, metrics, _ = self._wait([self.workers[index].explore.remote(tasks, step, self.version)],
                                              f"rerun of tasks {', '.join(t.id for t in tasks)}")[0]
         return experiences, metrics, self.version
@@ -185,12 +203,15 @@ class RolloutPool:
             self._wait([self.workers[index].sync_weights.remote(self._weights, self.version)], "weight sync")
 
     def close(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
         for worker in self.workers:
             self._ray.kill(worker, no_restart=True)
         self.workers = []
-        from ray.util.placement_group import remove_placement_group
-
-        remove_placement_group(self._placement)
+        if self._placement is not None:
+            remove_placement_group(self._placement)
+            self._placement = None
+        self.stream = None
         if self._started_ray:
             self._ray.shutdown()
 

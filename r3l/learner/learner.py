@@ -282,7 +282,8 @@ class Learner:
             kl = aggregate(kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator), mask,
                            self.algorithm.aggregation, kl_denominator)
             loss = loss + self.algorithm.kl_coef * kl
-            sums["kl"] += kl.item() / self.algorithm.updates_per_batch
+            if counted:
+                sums["kl"] += kl.item() / self.algorithm.updates_per_batch
         if not counted:
             (torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0).backward()
             return True

@@ -49,6 +49,7 @@ class StaticDecoder:
             on_gpu = next(model.parameters()).device.type == "cuda"
             step = torch.compile(step, mode="reduce-overhead" if on_gpu else "default", fullgraph=True, dynamic=False)
         self._step = step
+        self._caches: dict[tuple[int, int], object] = {}  # one per shape: a CUDA graph replays fixed addresses
 
     def _logits(self, input_ids, attention_mask, position_ids, cache):
         output = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -72,7 +73,11 @@ class StaticDecoder:
             attention[slot, width - len(prompt):width] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
-        cache = StaticCache(config=self.model.config, max_cache_len=length)
+        cache = self._caches.get((slots, length))
+        if cache is None:
+            cache = self._caches[(slots, length)] = StaticCache(config=self.model.config, max_cache_len=length)
+        else:
+            cache.reset()
         logits = self.model(input_ids=input_ids, attention_mask=attention[:, :width], position_ids=positions,
                             use_cache=True, logits_to_keep=1, **with_cache(self.model, cache)).logits[:, -1, :]
         result = DecodeResult([[] for _ in range(rows)], [[] for _ in range(rows)],
