@@ -31,5 +31,5 @@ if __name__ == "__main__":
                   + ", ".join(f"{t:.1f}" for t in times))
         print(f"speed-up with 2 workers: {median[1] / median[2]:.2f}x")
     finally:
-        for trainer in trainers.values():
+        for trainer in reversed(trainers.values()):  # the first one started the local Ray: it stops it last
             trainer.close()

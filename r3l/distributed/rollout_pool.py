@@ -205,12 +205,12 @@ class RolloutPool:
     def close(self) -> None:
         from ray.util.placement_group import remove_placement_group
 
-        for worker in self.workers:
-            self._ray.kill(worker, no_restart=True)
-        self.workers = []
-        if self._placement is not None:
-            remove_placement_group(self._placement)
-            self._placement = None
+        if self._ray.is_initialized():  # another pool of this process may have shut the local Ray down already
+            for worker in self.workers:
+                self._ray.kill(worker, no_restart=True)
+            if self._placement is not None:
+                remove_placement_group(self._placement)
+        self.workers, self._placement = [], None
         self.stream = None
         if self._started_ray:
             self._ray.shutdown()
