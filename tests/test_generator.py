@@ -54,17 +54,24 @@ def test_learner_recomputes_exactly_the_generator_logprobs(tiny):
     generator = HFGenerator(model, tokenizer, dtype=torch.float32)
     prompt_ids = prompts(tokenizer, ["check token exactness"])[0]
     completion = generator.generate([prompt_ids], SamplingParams(temperature=0.7, max_new_tokens=10, seed=1))[0][0]
-    tokens = prompt_ids + completion.tokens
-    record = Experience(group="g", kind="base", tokens=tokens,
+    recomputed, generated, targets = learner_recomputation(model, tokenizer, prompt_ids, completion, 0.7)
+    assert torch.allclose(recomputed, generated, atol=1e-4)
+    assert targets == completion.tokens
+
+
+def learner_recomputation(model, tokenizer, prompt_ids, completion, temperature):
+    """(the learner's log-probabilities of a completion's tokens, the generator's, the tokens the learner
+    scores), from the experience record of prompt + completion, in fp32."""
+    record = Experience(group="g", kind="base", tokens=list(prompt_ids) + completion.tokens,
                         loss_mask=[0] * len(prompt_ids) + [1] * len(completion.tokens),
                         logprobs=[0.0] * len(prompt_ids) + completion.logprobs, reward=1.0)
-    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(), temperature=0.7, autocast_bf16=False)
+    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(), temperature=temperature,
+                      autocast_bf16=False)
     batch = collate([record], tokenizer.pad_token_id)
     with torch.no_grad():
         recomputed, _ = learner._logprobs(model, batch)
     mask = batch["loss_mask"] > 0
-    assert torch.allclose(recomputed[mask], batch["gen_logprobs"][mask], atol=1e-4)
-    assert batch["targets"][mask].tolist() == completion.tokens
+    return recomputed[mask], batch["gen_logprobs"][mask], batch["targets"][mask].tolist()
 
 
 def test_stop_strings_end_generation(tiny):

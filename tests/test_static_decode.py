@@ -4,14 +4,11 @@ import torch
 
 from r3l.config import load_config
 from r3l.errors import UserError
-from r3l.learner.batching import collate
-from r3l.learner.learner import Learner
-from r3l.config import AlgorithmConfig, TrainConfig
-from r3l.experience import Experience
 from r3l.rollout.chat import PromptFormat, encode_prompt
 from r3l.rollout.generator import SamplingParams
 from r3l.rollout.hf import HFGenerator
 from r3l.rollout.static_decode import padded_cache_length, padded_rows
+from tests.test_generator import learner_recomputation
 
 
 def prompts(tokenizer, questions):
@@ -58,15 +55,8 @@ def test_static_sampling_is_seeded_and_the_learner_recomputes_its_logprobs(tiny)
     params = SamplingParams(temperature=0.7, max_new_tokens=10, seed=5)
     assert outputs(generator, batch, params, 3) == outputs(generator, batch, params, 3)
     completion = generator.generate(batch[:1], params)[0][0]
-    record = Experience(group="g", kind="base", tokens=batch[0] + completion.tokens,
-                        loss_mask=[0] * len(batch[0]) + [1] * len(completion.tokens),
-                        logprobs=[0.0] * len(batch[0]) + completion.logprobs, reward=1.0)
-    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(), temperature=0.7, autocast_bf16=False)
-    collated = collate([record], tokenizer.pad_token_id)
-    with torch.no_grad():
-        recomputed, _ = learner._logprobs(model, collated)
-    mask = collated["loss_mask"] > 0
-    assert torch.allclose(recomputed[mask], collated["gen_logprobs"][mask], atol=1e-4)
+    recomputed, generated, _ = learner_recomputation(model, tokenizer, batch[0], completion, 0.7)
+    assert torch.allclose(recomputed, generated, atol=1e-4)
 
 
 def test_static_decoding_follows_weight_syncs(tiny):

@@ -35,6 +35,12 @@ def apply_lora(model, lora: LoraConfig):
     return get_peft_model(model, settings)
 
 
+def backward_adding_nothing(loss: torch.Tensor) -> None:
+    """A backward pass whose gradients are all zero (finite even when `loss` is not): on sharded ranks every
+    rank must run each backward, since FSDP reduces gradients in it."""
+    (torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0).backward()
+
+
 class MaskedLogits(torch.nn.Module):
     """The policy's forward as the learner runs it: logits [N, V] at the N positions whose next token is
     trained (the LM head runs on those only), through a shared prefix's cache when the batch has one. One
@@ -276,23 +282,22 @@ class Learner:
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
         loss, loss_metrics = loss_fn(logprobs, old, batch["advantages"], mask,
                                      aggregation=self.algorithm.aggregation, denominator=denominator, **loss_args)
+        if not counted:  # the policy's forward and backward are the collectives; the unsharded reference is not
+            backward_adding_nothing(loss)
+            return True
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_logprobs = self._logprobs(self.ref_model, batch)[0]
             kl = aggregate(kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator), mask,
                            self.algorithm.aggregation, kl_denominator)
             loss = loss + self.algorithm.kl_coef * kl
-            if counted:
-                sums["kl"] += kl.item() / self.algorithm.updates_per_batch
-        if not counted:
-            (torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0).backward()
-            return True
+            sums["kl"] += kl.item() / self.algorithm.updates_per_batch
         sums["loss"] += loss.item()
         finite = math.isfinite(sums["loss"])
         if finite:
             (loss * self.ranks.backward_scale if self.ranks is not None else loss).backward()
         elif self.ranks is not None:
-            (torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0).backward()
+            backward_adding_nothing(loss)
         for key, value in forward_work(batch).items():
             sums[f"work:{key}"] += value
         if not first_pass:

@@ -144,10 +144,7 @@ class HFGenerator(Generator):
             self._stats["decode_rows"] += len(rows)
             self._stats["decode_kv_positions"] += attention.numel()
         self._stats["decode_seconds"] += time.perf_counter() - started
-        self._stats["generated_tokens"] += sum(len(t) for t in tokens)
-        for row in range(len(tokens)):
-            text = self.tokenizer.decode(tokens[row], skip_special_tokens=True)
-            yield row, Completion(tokens[row], logprobs[row], text, finished.get(row, "length"))
+        yield from self._completions(tokens, logprobs, finished)
 
     def _generate_chunk_static(self, prompts, params: SamplingParams, n: int, draws: RowDraws):
         stop = params.stop
@@ -155,10 +152,14 @@ class HFGenerator(Generator):
                                  lambda tokens: tokens[-1] in self.stop_token_ids or self._hit_stop_string(tokens, stop))
         for key, value in result.counters.items():
             self._stats[key] += value
-        self._stats["generated_tokens"] += sum(len(t) for t in result.tokens)
-        for row, (tokens, logprobs) in enumerate(zip(result.tokens, result.logprobs)):
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            yield row, Completion(tokens, logprobs, text, result.finished.get(row, "length"))
+        yield from self._completions(result.tokens, result.logprobs, result.finished)
+
+    def _completions(self, tokens: list[list[int]], logprobs: list[list[float]], finished: dict[int, str]):
+        """(row, Completion) for each decoded row; a row not stopped ran out of length."""
+        self._stats["generated_tokens"] += sum(len(t) for t in tokens)
+        for row, (row_tokens, row_logprobs) in enumerate(zip(tokens, logprobs)):
+            text = self.tokenizer.decode(row_tokens, skip_special_tokens=True)
+            yield row, Completion(row_tokens, row_logprobs, text, finished.get(row, "length"))
 
     def _hit_stop_string(self, tokens: list[int], stop: tuple[str, ...]) -> bool:
         if not stop:

@@ -41,7 +41,6 @@ class StaticDecoder:
 
     def __init__(self, model, compiled: bool):
         self.model = model
-        self.compiled = compiled
         self._cache_argument = next(iter(with_cache(model, None)))  # looked up here: dynamo would warn inside
         step = self._logits
         if compiled:
