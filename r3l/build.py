@@ -39,11 +39,21 @@ def env_factory(config: Config) -> Callable[[], Env]:
 
 def agent_limits(config: Config):
     from r3l.agent.episodes import AgentLimits
+    from r3l.agent.reply_grammar import ReplyFormat
 
-    a = config.agent
+    a, s = config.agent, config.structured
+    reply = ReplyFormat(a.action_tag, a.think_tag, think_chars(config)) if s.replies else None
     return AgentLimits(max_turns=a.max_turns, max_context_tokens=a.max_context_tokens,
                        terminate_on=tuple(a.terminate_on), repeat_limit=a.repeat_limit, action_tag=a.action_tag,
-                       think_tag=a.think_tag, env_workers=a.env_workers)
+                       think_tag=a.think_tag, env_workers=a.env_workers, structured=reply)
+
+
+def think_chars(config: Config) -> int | None:
+    """structured.think_chars, with auto resolved to half the shorter of the training and evaluation reply budgets."""
+    setting = config.structured.think_chars
+    if setting != "auto":
+        return setting
+    return min(config.sampling.max_new_tokens, config.eval.max_new_tokens or config.sampling.max_new_tokens) // 2
 
 
 def load_model(config: Config):
@@ -125,7 +135,9 @@ def build_parts(config: Config) -> Parts:
     context = ExploreContext(make_env=make_env, generator=generator, tokenizer=tokenizer,
                              sampling=sampling_params(config, seed=config.run.seed * 100_003),
                              group_size=config.sampling.group_size, prompt_format=PromptFormat.from_config(config.env),
-                             limits=agent_limits(config))
+                             limits=agent_limits(config),
+                             report_field_chars=config.structured.report_field_chars if config.structured.reports
+                             else None)
     try:
         strategy = make_strategy(config.algorithm.strategy, context, **config.algorithm.strategy_args)
     except TypeError as error:

@@ -88,6 +88,20 @@ class AgentConfig(Section):
     env_workers: int = Field(16, gt=0, description="simulator instances alive at once (episodes in flight)")
 
 
+class StructuredConfig(Section):
+    """Structured decoding (xgrammar, with generator hf or vllm). Off by default, as in the papers: free text."""
+
+    reports: bool = Field(False, description="R3L reflections decoded under the report's JSON schema (every key, "
+                          "trajectory_outcome one of its three words, retry_from_step an integer inside the episode)")
+    replies: bool = Field(False, description="each reply decoded under its environment's grammar: text games "
+                          "<think> free then <action> one of the admissible actions; arithmetic <answer> a number")
+    report_field_chars: int = Field(300, gt=0, description="longest text field of a structured report (R3L lowers "
+                                    "it so that a report always fits reflection_max_new_tokens)")
+    think_chars: int | Literal["auto"] | None = Field(
+        "auto", description="longest free text before a structured action or answer: auto = half the reply's "
+        "max_new_tokens, so the action always fits after it (a token holds at least one character); null: unbounded")
+
+
 class AlgorithmConfig(Section):
     name: str = "grpo"
     strategy: str = "plain"
@@ -198,6 +212,7 @@ class Config(Section):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     sampling: SamplingConfig = SamplingConfig()
     agent: AgentConfig = AgentConfig()
+    structured: StructuredConfig = StructuredConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()

@@ -74,13 +74,15 @@ def evaluate(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Gene
 
 def evaluate_two_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
                           params: SamplingParams, prompt_format: PromptFormat, prompts: ReflectionPrompts,
-                          reflection_max_new_tokens: int = 128) -> dict[str, Any]:
+                          reflection_max_new_tokens: int = 128, limits: AgentLimits = AgentLimits()) -> dict[str, Any]:
     """R3's table row: first-try accuracy, and second-try accuracy over all tasks, where each first-try
     failure gets one reflection and one more attempt."""
-    attempts = [row[0] for row in first_attempts(tasks, make_env, generator, tokenizer, params, prompt_format)]
+    attempts = [row[0] for row in first_attempts(tasks, make_env, generator, tokenizer, params, prompt_format,
+                                                 limits=limits)]
     failures = [a for a in attempts if not a.verdict.success]
     reflect_params = replace(params, max_new_tokens=reflection_max_new_tokens)
-    retries = reflect_and_retry(failures, make_env, generator, prompts, reflect_params, params, n_reflections=1)
+    retries = reflect_and_retry(failures, make_env, generator, prompts, reflect_params, params, n_reflections=1,
+                                limits=limits)
     first = sum(a.verdict.success for a in attempts)
     second = first + sum(group[0].verdict.success for group in retries)
     total = len(attempts)
@@ -128,7 +130,7 @@ def _held_out(tasks, make_env, generator, tokenizer, params, prompt_format, atte
     if attempts == 2:
         require_single_turn(make_env, "eval.attempts=2 (R3's reflect-and-retry evaluation)")
         record = evaluate_two_attempts(tasks, make_env, generator, tokenizer, params, prompt_format, prompts,
-                                       reflection_max_new_tokens)
+                                       reflection_max_new_tokens, limits)
         summary = {k: v for k, v in record.items() if k != "samples"}
         return record, summary, {"eval/success": record["first_try"]["success"],
                                  "eval/second_try_success": record["second_try"]["success"]}

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
+
+from r3l.rollout.constraints import TokenMasks
 
 KINDS = ("base", "retry", "reflection", "sft")  # what the sample is (see DESIGN); `objective` says how it trains
 # policy: its advantage comes from its group's rewards (the advantage function) and the policy loss trains it;
@@ -26,6 +28,9 @@ class Experience:
     text: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     objective: str = "policy"
+    # positions sampled under a constraint: (position of the masks' first token, the tokens each allowed); the
+    # learner scores those tokens under the same masks. Kept in memory, not written to rollout files.
+    allowed: list[tuple[int, TokenMasks]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -42,15 +47,23 @@ class Experience:
     def num_trained_tokens(self) -> int:
         return sum(self.loss_mask)
 
+    @property
+    def num_constrained_tokens(self) -> int:
+        return sum(len(masks) for _, masks in self.allowed)
+
     def to_dict(self) -> dict[str, Any]:
-        record = asdict(self)
+        record = asdict(replace(self, allowed=[]))
+        record.pop("allowed")
         record["turn_spans"] = [list(span) for span in self.turn_spans]
+        if self.allowed:
+            record["constrained_tokens"] = self.num_constrained_tokens
         return record
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> "Experience":
         record = dict(record)
         record["turn_spans"] = [tuple(span) for span in record.get("turn_spans", [])]
+        record.pop("constrained_tokens", None)
         return cls(**record)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from r3l.agent.episodes import AgentLimits
 from r3l.envs import Env, Task
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Completion, Generator, SamplingParams
@@ -70,7 +71,7 @@ def _add(result: FailureSet, record: dict, tasks: Sequence[Task]) -> None:
 def build_failure_set(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
                       params: SamplingParams, prompt_format: PromptFormat, *, max_samples: int, round_size: int = 8,
                       queries_per_batch: int = 16, max_queries: int | None = None, target: int | None = None,
-                      path: Path | None = None) -> FailureSet:
+                      path: Path | None = None, limits: AgentLimits = AgentLimits()) -> FailureSet:
     """Try queries in order until `max_queries` are tried or `target` failures are kept."""
     result = FailureSet()
     done: set[int] = set()
@@ -96,7 +97,7 @@ def build_failure_set(tasks: Sequence[Task], make_env: Callable[[], Env], genera
             round_params = SamplingParams(params.temperature, params.top_p, params.max_new_tokens, params.stop,
                                           seed + start * 7919 + samples[open_queries[0]])
             rows = first_attempts([tasks[i] for i in open_queries], make_env, generator, tokenizer, round_params,
-                                  prompt_format, n=size)
+                                  prompt_format, n=size, limits=limits)
             still_open = []
             for index, row in zip(open_queries, rows):
                 for attempt in row:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from r3l.agent.actions import parse_reply
+from r3l.agent.reply_grammar import ReplyFormat
 from r3l.agent.env_pool import EnvPool
 from r3l.envs import Env, Task
 from r3l.rollout.chat import PromptFormat
@@ -37,6 +38,7 @@ class AgentLimits:
     action_tag: str = "action"
     think_tag: str = "think"
     env_workers: int = 16  # environments alive at once, for environments that run a simulator
+    structured: ReplyFormat | None = None  # replies decoded under the environment's grammar (None: free)
 
 
 @dataclass
@@ -164,7 +166,10 @@ class EpisodeRunner:
             if not active:
                 continue
             order = list(active)
-            completions = self._generate([active[i][0].conversation.tokens for i in order], params, turn)
+            constraints = None if self.limits.structured is None else [
+                active[i][1].reply_constraint(self.limits.structured) for i in order]
+            completions = self._generate([active[i][0].conversation.tokens for i in order], params, turn,
+                                         constraints)
             for index, completion in zip(order, completions):
                 trajectory, env = active[index]
                 self._advance(trajectory, env, completion, params)
@@ -175,22 +180,28 @@ class EpisodeRunner:
             turn += 1
         return [trajectory for trajectory in results if trajectory is not None]
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, turn: int) -> list[Completion]:
-        """One completion per prompt; identical prompts (fresh starts of one task) share one prefill."""
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, turn: int,
+                  constraints: list | None = None) -> list[Completion]:
+        """One completion per prompt (under its constraint, if any); identical prompts (fresh starts of one
+        task) share one prefill."""
         if params.seed is not None:
             params = replace(params, seed=params.seed + 1_000_003 * turn)
-        positions: dict[tuple[int, ...], list[int]] = {}
+        constraints = constraints if constraints is not None and any(constraints) else None
+        positions: dict[tuple, list[int]] = {}
         for index, prompt in enumerate(prompts):
-            positions.setdefault(tuple(prompt), []).append(index)
+            key = (tuple(prompt), None if constraints is None else constraints[index])
+            positions.setdefault(key, []).append(index)
         sizes = {len(members) for members in positions.values()}
         if len(sizes) == 1 and sizes != {1}:
             out: list[Completion | None] = [None] * len(prompts)
-            groups = self.generator.generate([list(key) for key in positions], params, n=sizes.pop())
+            keys = list(positions)
+            groups = self.generator.generate([list(prompt) for prompt, _ in keys], params, n=sizes.pop(),
+                                             constraints=None if constraints is None else [c for _, c in keys])
             for members, group in zip(positions.values(), groups):
                 for index, completion in zip(members, group):
                     out[index] = completion
             return out  # type: ignore[return-value]
-        return [group[0] for group in self.generator.generate(prompts, params, n=1)]
+        return [group[0] for group in self.generator.generate(prompts, params, n=1, constraints=constraints)]
 
     def _advance(self, trajectory: Trajectory, env: Env, completion: Completion, params: SamplingParams) -> None:
         limits = self.limits

@@ -14,7 +14,8 @@ def conversation_experience(conversation: TokenConversation, group: str, kind: s
     """The record of a token-exact conversation: its tokens, loss mask, log-probs and turn spans as they are."""
     return Experience(group=group, kind=kind, tokens=list(conversation.tokens), loss_mask=list(conversation.loss_mask),
                       logprobs=list(conversation.logprobs), reward=reward, advantage=advantage,
-                      turn_spans=list(conversation.turn_spans), text=text, meta=meta, objective=objective)
+                      turn_spans=list(conversation.turn_spans), text=text, meta=meta, objective=objective,
+                      allowed=list(conversation.allowed))
 
 
 def trajectory_experience(trajectory: Trajectory, group: str, kind: str = "base",

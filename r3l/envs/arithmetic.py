@@ -13,6 +13,7 @@ import threading
 from abc import abstractmethod
 from typing import Any, Callable, ClassVar, Hashable, Iterator, Sequence, overload
 
+from r3l.agent.reply_grammar import NUMBER, answer_constraint
 from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.safe_math import ExpressionError, evaluate
@@ -165,6 +166,9 @@ class _TaggedAnswerEnv(ReasoningGymEnv):
 
     def verify(self, task: Task, completion: str) -> Verdict:
         return verify_math(completion, task.answer, reveal_answer=self.reveal_answer_in_feedback, require_tags=True)
+
+    def reply_constraint(self, reply):
+        return answer_constraint("answer", NUMBER, reply)
 
 
 @register("arithmetic")

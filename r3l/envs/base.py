@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+if TYPE_CHECKING:
+    from r3l.agent.reply_grammar import ReplyFormat
+    from r3l.rollout.constraints import Constraint
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,11 @@ class Env(ABC):
     @abstractmethod
     def step(self, action: str) -> StepResult:
         """Apply the model's `action` (its whole reply for single-turn tasks)."""
+
+    def reply_constraint(self, reply: "ReplyFormat") -> "Constraint | None":
+        """What the next reply may be under structured decoding (None: free), e.g. one of the admissible
+        actions now; called after `reset` or `step`."""
+        return None
 
     def replay(self, task: Task, actions: Sequence[str]) -> str:
         """Rebuild the state after `actions`; return the last observation. Needs a deterministic env."""

@@ -23,6 +23,7 @@ import random
 import shutil
 from typing import Any, Sequence
 
+from r3l.agent.reply_grammar import action_constraint
 from r3l.envs import register
 from r3l.envs.base import Env, StepResult, Task
 from r3l.envs.feedback import episode_feedback
@@ -181,6 +182,9 @@ class ScienceWorldEnv(Env):
     @property
     def admissible_actions(self) -> list[str]:
         return list(self._admissible)
+
+    def reply_constraint(self, reply):
+        return action_constraint(self._admissible, reply)
 
     def step(self, action: str) -> StepResult:
         check_in_episode(self._task, self._done)

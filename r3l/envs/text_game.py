@@ -13,6 +13,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
+from r3l.agent.reply_grammar import action_constraint
 from r3l.envs.base import Env, StepResult, Task
 from r3l.envs.feedback import episode_feedback
 from r3l.errors import UserError
@@ -135,6 +136,9 @@ class TextGameEnv(Env):
     @property
     def admissible_actions(self) -> list[str]:
         return list(self._view.actions)
+
+    def reply_constraint(self, reply):
+        return action_constraint(self._view.actions, reply)
 
     def reset(self, task: Task) -> str:
         self._view = self._start(task)

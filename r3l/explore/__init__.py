@@ -30,6 +30,7 @@ class ExploreContext:
     group_size: int
     prompt_format: PromptFormat = PromptFormat()
     limits: AgentLimits = AgentLimits()
+    report_field_chars: int | None = None  # reflection reports decoded under their JSON schema (None: free)
 
 
 class StrategySettings(BaseModel):

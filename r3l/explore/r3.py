@@ -56,7 +56,8 @@ class R3Strategy(Strategy):
         path = None if run_dir is None else run_dir / f"failure_set_{build}.jsonl"
         failures: FailureSet = build_failure_set(
             train_tasks, c.make_env, c.generator, c.tokenizer, replace(c.sampling, seed=(c.sampling.seed or 0) + build),
-            c.prompt_format, max_samples=s.max_samples, max_queries=s.max_queries, target=limit, path=path)
+            c.prompt_format, max_samples=s.max_samples, max_queries=s.max_queries, target=limit, path=path,
+            limits=c.limits)
         self.failure_counts = {**failures.counts(), "failure_set/builds": float(build + 1)}
         if not failures.tasks:
             raise UserError(f"the model solved all {failures.tried} queries tried, so R3 has no failures to learn from; "
@@ -79,7 +80,8 @@ class R3Strategy(Strategy):
         reflect_params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, seed=seed)
         retry_params = replace(c.sampling, seed=None if seed is None else seed + 1)
         groups = reflect_and_retry(failures, c.make_env, c.generator, self.prompts, reflect_params, retry_params,
-                                   n_reflections=c.group_size, train_second_attempt=s.train_second_attempt)
+                                   n_reflections=c.group_size, train_second_attempt=s.train_second_attempt,
+                                   limits=c.limits)
         experiences = [retry_experience(retry, group=f"step{step}-{failure.task.id}")
                        for failure, group in zip(failures, groups) for retry in group]
         retries = [retry for group in groups for retry in group]

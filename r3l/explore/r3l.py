@@ -27,6 +27,7 @@ from r3l.experience import Experience
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
 from r3l.reflection.guidance import build_guidance, load_guidance_template, load_reflect_template, reflection_prompt
 from r3l.reflection.report import Report, ReportError, ReportStats, needs_retry, parse_report
+from r3l.reflection.report_schema import fitting_field_chars, report_constraint
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion
 
@@ -168,7 +169,11 @@ class R3LStrategy(Strategy):
         prompts = [TokenConversation.start(c.tokenizer, [{"role": "user", "content": reflection_prompt(
             step_log(run.episode), run.episode.feedback, rules, self.reflect_template)}]) for run in chosen]
         params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, stop=(), seed=seed)
-        completions = c.generator.generate([prompt.tokens for prompt in prompts], params, n=1)
+        constraints = None if c.report_field_chars is None else [
+            report_constraint(run.episode.num_steps, fitting_field_chars(c.report_field_chars,
+                                                                         s.reflection_max_new_tokens))
+            for run in chosen]
+        completions = c.generator.generate([prompt.tokens for prompt in prompts], params, n=1, constraints=constraints)
         for run, prompt, (completion,) in zip(chosen, prompts, completions):
             try:
                 result: Report | ReportError = parse_report(completion.text, run.episode.num_steps)

@@ -6,6 +6,7 @@ from typing import Sequence
 import torch
 
 from r3l.experience import Experience
+from r3l.rollout.constraints import TokenMasks, stack_masks
 
 
 def micro_batches(lengths: Sequence[int], size: int) -> list[list[int]]:
@@ -33,7 +34,7 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
         loss_mask[row, :n] = torch.tensor(experience.loss_mask, dtype=torch.float32)
         gen_logprobs[row, :n] = torch.tensor(experience.logprobs, dtype=torch.float32)
         advantages[row, :n] = experience.advantage
-    return {
+    batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "targets": input_ids[:, 1:],
@@ -41,6 +42,20 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
         "gen_logprobs": gen_logprobs[:, 1:],
         "advantages": advantages[:, 1:],
     }
+    if any(e.allowed for e in experiences):  # target column t scores token t + 1
+        spans = [(row, start - 1, masks) for row, e in enumerate(experiences) for start, masks in e.allowed]
+        batch["allowed_index"], batch["allowed_table"] = stack_masks(spans, (len(experiences), width - 1))
+    return batch
+
+
+def allowed_after(allowed: Sequence[tuple[int, TokenMasks]], cut: int) -> list[tuple[int, TokenMasks]]:
+    """An experience's constrained positions in its suffix from token `cut` on, renumbered from `cut`."""
+    kept = []
+    for start, masks in allowed:
+        tail = masks if start >= cut else masks.after(cut - start)
+        if len(tail):
+            kept.append((max(start - cut, 0), tail))
+    return kept
 
 
 def shared_prefix_length(experience: Experience) -> int:
@@ -94,7 +109,8 @@ def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dic
             prefix_mask[row, :len(prefix)] = 1
     suffixes = [
         Experience(group=e.group, kind=e.kind, tokens=e.tokens[cut:], loss_mask=e.loss_mask[cut:],
-                   logprobs=e.logprobs[cut:], reward=e.reward, advantage=e.advantage)
+                   logprobs=e.logprobs[cut:], reward=e.reward, advantage=e.advantage,
+                   allowed=allowed_after(e.allowed, cut))
         for e in experiences for cut in [shared_prefix_length(e)]
     ]
     batch = collate(suffixes, pad_id)

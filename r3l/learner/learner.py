@@ -17,6 +17,7 @@ from r3l.learner.batching import (collate, collate_shared_prefix, forward_work, 
 from r3l.learner.attention import attention_kernel, avoid_cudnn_attention
 from r3l.learner.schedule import make_scheduler
 from r3l.models.cache import cache_of, with_cache
+from r3l.rollout.constraints import constrain_logits
 
 
 def split_head(model):
@@ -140,9 +141,12 @@ class Learner:
             return self.forward_modules[id(model)](batch)
 
     def _logprobs(self, model, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-target log-probabilities [B, T-1] (zero where untrained) and the masked logits."""
+        """Per-target log-probabilities [B, T-1] (zero where untrained) and the masked logits; a token sampled
+        under a constraint is scored among the tokens its constraint allowed there."""
         logits = self._masked_logits(model, batch)
         selected = batch["loss_mask"] > 0
+        if "allowed_index" in batch:
+            logits = constrain_logits(logits, batch["allowed_index"][selected], batch["allowed_table"])
         values = token_logprobs(logits[None], batch["targets"][selected][None], self.temperature)[0]
         full = torch.zeros(batch["loss_mask"].shape, dtype=values.dtype, device=values.device)
         full = full.index_put((selected.nonzero(as_tuple=True)), values)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from r3l.agent.episodes import EpisodeRunner, EpisodeStart, Trajectory
+from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, Trajectory
 from r3l.envs import Env, Task, Verdict, judge
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.rollout.chat import PromptFormat
@@ -46,17 +46,20 @@ def as_attempt(trajectory: Trajectory) -> Attempt:
 
 
 def first_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
-                   params: SamplingParams, prompt_format: PromptFormat, n: int = 1) -> list[list[Attempt]]:
+                   params: SamplingParams, prompt_format: PromptFormat, n: int = 1,
+                   limits: AgentLimits = AgentLimits()) -> list[list[Attempt]]:
     """`n` attempts at each task (one prefill per task), as lists in task order."""
-    played = EpisodeRunner(make_env, generator, tokenizer, prompt_format).run(
+    played = EpisodeRunner(make_env, generator, tokenizer, prompt_format, limits).run(
         [EpisodeStart(task) for task in tasks for _ in range(n)], params)
     return [[as_attempt(trajectory) for trajectory in played[i * n:(i + 1) * n]] for i in range(len(tasks))]
 
 
 def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], generator: Generator,
                       prompts: ReflectionPrompts, reflect_params: SamplingParams, retry_params: SamplingParams,
-                      n_reflections: int, train_second_attempt: bool = False) -> list[list[Retry]]:
-    """`n_reflections` reflections per failure, each followed by one second attempt."""
+                      n_reflections: int, train_second_attempt: bool = False,
+                      limits: AgentLimits = AgentLimits()) -> list[list[Retry]]:
+    """`n_reflections` reflections per failure, each followed by one second attempt (under the environment's
+    reply grammar when `limits.structured` is set; reflections are free text)."""
     asking = []
     for failure in failures:
         conversation = failure.conversation.copy()
@@ -70,9 +73,15 @@ def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], 
             span = retry.add_assistant(reflection, trained=True)
             retry.add_user(prompts.retry)
             pending.append((failure, retry, reflection, span))
-    seconds = generator.generate([p[1].tokens for p in pending], retry_params, n=1)
-    results: list[list[Retry]] = [[] for _ in failures]
     env = make_env()
+    constraints = None
+    if limits.structured is not None:
+        constraints = []
+        for failure, *_ in pending:
+            env.reset(failure.task)
+            constraints.append(env.reply_constraint(limits.structured))
+    seconds = generator.generate([p[1].tokens for p in pending], retry_params, n=1, constraints=constraints)
+    results: list[list[Retry]] = [[] for _ in failures]
     position = {id(f): i for i, f in enumerate(failures)}
     for (failure, conversation, reflection, span), (second,) in zip(pending, seconds):
         second_span = conversation.add_assistant(second, trained=train_second_attempt)

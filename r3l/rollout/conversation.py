@@ -10,6 +10,7 @@ import copy
 from dataclasses import dataclass, field
 
 from r3l.rollout.chat import encode_prompt
+from r3l.rollout.constraints import TokenMasks
 from r3l.rollout.generator import Completion
 
 _SENTINEL = "\u2063R3L-TURN-END\u2063"
@@ -23,6 +24,8 @@ class TokenConversation:
     logprobs: list[float] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    # constrained assistant turns: (the turn's first token position, the tokens each of its positions allowed)
+    allowed: list[tuple[int, TokenMasks]] = field(default_factory=list)
     _open_end: str = ""
     # per assistant turn: (number of messages up to and including it, the template text still owed after it)
     _turn_ends: list[tuple[int, str]] = field(default_factory=list)
@@ -36,7 +39,8 @@ class TokenConversation:
 
     def copy(self) -> "TokenConversation":
         return TokenConversation(self.tokenizer, copy.deepcopy(self.messages), list(self.tokens), list(self.logprobs),
-                                 list(self.loss_mask), list(self.turn_spans), self._open_end, list(self._turn_ends))
+                                 list(self.loss_mask), list(self.turn_spans), list(self.allowed), self._open_end,
+                                 list(self._turn_ends))
 
     def before_turn(self, turn: int) -> "TokenConversation":
         """A copy cut just before assistant turn `turn` (0-based): every token up to that turn's first one,
@@ -46,8 +50,8 @@ class TokenConversation:
         cut = self.turn_spans[turn][0]
         messages = self._turn_ends[turn][0] - 1
         return TokenConversation(self.tokenizer, copy.deepcopy(self.messages[:messages]), self.tokens[:cut],
-                                 self.logprobs[:cut], self.loss_mask[:cut], list(self.turn_spans[:turn]), "",
-                                 list(self._turn_ends[:turn]))
+                                 self.logprobs[:cut], self.loss_mask[:cut], list(self.turn_spans[:turn]),
+                                 self._allowed_before(cut), "", list(self._turn_ends[:turn]))
 
     def after_turn(self, turn: int) -> "TokenConversation":
         """A copy cut right after assistant turn `turn` (0-based), ready for `add_user`."""
@@ -57,7 +61,10 @@ class TokenConversation:
         messages, open_end = self._turn_ends[turn]
         return TokenConversation(self.tokenizer, copy.deepcopy(self.messages[:messages]), self.tokens[:cut],
                                  self.logprobs[:cut], self.loss_mask[:cut], list(self.turn_spans[:turn + 1]),
-                                 open_end, list(self._turn_ends[:turn + 1]))
+                                 self._allowed_before(cut), open_end, list(self._turn_ends[:turn + 1]))
+
+    def _allowed_before(self, cut: int) -> list[tuple[int, TokenMasks]]:
+        return [(start, masks) for start, masks in self.allowed if start < cut]
 
     def mask_turns(self, turns: range | list[int], trained: bool) -> None:
         """Set the loss mask of whole assistant turns."""
@@ -72,6 +79,8 @@ class TokenConversation:
         self.logprobs += completion.logprobs
         self.loss_mask += [int(trained)] * len(completion.tokens)
         self.turn_spans.append((start, len(self.tokens)))
+        if completion.allowed is not None and len(completion.allowed):
+            self.allowed.append((start, completion.allowed))
         self.messages.append({"role": "assistant", "content": completion.text})
         self._open_end = self._turn_end_text(completion)
         self._turn_ends.append((len(self.messages), self._open_end))

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from r3l.registry import Registry
+from r3l.rollout.constraints import Constraint, TokenMasks
+
+Constraints = Optional[Sequence[Optional[Constraint]]]
 
 
 @dataclass(frozen=True)
@@ -27,12 +30,19 @@ class Completion:
     text: str
     finish_reason: str  # "stop" | "length"
     meta: dict[str, Any] = field(default_factory=dict)
+    allowed: TokenMasks | None = None  # sampled under a constraint: the tokens each position allowed
+
+
+def unconstrained(constraints: Constraints) -> bool:
+    return constraints is None or all(c is None for c in constraints)
 
 
 class Generator(ABC):
     @abstractmethod
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
-        """`n` completions for each prompt, as one list per prompt."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1,
+                 constraints: Constraints = None) -> list[list[Completion]]:
+        """`n` completions for each prompt, as one list per prompt; `constraints` (one per prompt, None for
+        a free prompt) limits what each prompt's completions may be (structured decoding)."""
 
     def sync_weights(self, state_dict) -> None:
         """Make the generator sample from these weights (a name -> tensor mapping of the policy)."""

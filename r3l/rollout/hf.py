@@ -8,7 +8,8 @@ from typing import Callable, Sequence
 import torch
 
 from r3l.models.cache import cache_of, with_cache
-from r3l.rollout.generator import GENERATORS, Completion, Generator, SamplingParams
+from r3l.rollout.constraints import Constrainer, Follower
+from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
 from r3l.rollout.seeds import RowDraws, row_seeds
 from r3l.rollout.static_decode import StaticDecoder
 
@@ -57,8 +58,10 @@ class HFGenerator(Generator):
         self.device = next(self.model.parameters()).device
         self.stop_token_ids = {tokenizer.eos_token_id}
         self.static = StaticDecoder(self.model, compiled=decode == "compiled") if decode != "dynamic" else None
+        self._constrainer: Constrainer | None = None
         self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "prefill_positions": 0, "prefill_seconds": 0.0,
-                       "decode_steps": 0, "decode_rows": 0, "decode_kv_positions": 0, "decode_seconds": 0.0}
+                       "decode_steps": 0, "decode_rows": 0, "decode_kv_positions": 0, "decode_seconds": 0.0,
+                       "constraint_breaks": 0}
 
     def sync_weights(self, state_dict) -> None:
         own = self.model.state_dict()
@@ -73,21 +76,48 @@ class HFGenerator(Generator):
     def stats(self) -> dict[str, float]:
         return dict(self._stats)
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
+    @property
+    def constrainer(self) -> Constrainer:
+        if self._constrainer is None:
+            self._constrainer = Constrainer(self.tokenizer, self.model.get_output_embeddings().weight.shape[0])
+        return self._constrainer
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1,
+                 constraints: Constraints = None) -> list[list[Completion]]:
         start = time.perf_counter()
         seeds = row_seeds(params.seed, prompts, n)
+        free = unconstrained(constraints)
         results: list[list[Completion]] = [[] for _ in prompts]
         for first in range(0, len(prompts), self.prefill_chunk):
             chunk = list(prompts[first:first + self.prefill_chunk])
             draws = RowDraws(seeds[first * n:(first + self.prefill_chunk) * n], self.device)
-            run_chunk = self._generate_chunk if self.static is None else self._generate_chunk_static
-            for row, completion in run_chunk(chunk, params, n, draws):
+            if free and self.static is not None:  # the static cache decodes free text only
+                pieces = self._generate_chunk_static(chunk, params, n, draws)
+            else:
+                followers = None if free else [
+                    None if c is None else self.constrainer.follower(c)
+                    for c in constraints[first:first + self.prefill_chunk] for _ in range(n)]
+                pieces = self._generate_chunk(chunk, params, n, draws, followers)
+            for row, completion in pieces:
                 results[first + row // n].append(completion)
         self._stats["generate_seconds"] += time.perf_counter() - start
         return results
 
+    def _constrain(self, logits: torch.Tensor, live: list[int], followers: list[Follower | None]) -> torch.Tensor:
+        """The rows' logits with what each row's grammar forbids at its next position set to -inf."""
+        rows = [index for index, row in enumerate(live) if followers[row] is not None and not followers[row].broken]
+        if not rows:
+            return logits
+        bitmask = torch.full((len(live), self.constrainer.words), -1, dtype=torch.int32)
+        for index in rows:
+            bitmask[index] = followers[live[index]].fill()
+        logits = logits.float()
+        self.constrainer.apply(logits, bitmask)
+        return logits
+
     @torch.inference_mode()
-    def _generate_chunk(self, prompts, params: SamplingParams, n: int, draws: RowDraws):
+    def _generate_chunk(self, prompts, params: SamplingParams, n: int, draws: RowDraws,
+                        followers: list[Follower | None] | None = None):
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -117,10 +147,14 @@ class HFGenerator(Generator):
         finished: dict[int, str] = {}
         for step in range(params.max_new_tokens):
             live = rows.tolist()
+            if followers is not None:
+                logits = self._constrain(logits, live, followers)
             chosen, chosen_logprobs = sample_next(logits, params, lambda: draws.uniform(live))
             keep = []
             for index, row in enumerate(live):
                 token = int(chosen[index])
+                if followers is not None and followers[row] is not None and not followers[row].broken:
+                    followers[row].accept(token)
                 tokens[row].append(token)
                 logprobs[row].append(float(chosen_logprobs[index]))
                 if token in self.stop_token_ids or self._hit_stop_string(tokens[row], params.stop):
@@ -144,7 +178,11 @@ class HFGenerator(Generator):
             self._stats["decode_rows"] += len(rows)
             self._stats["decode_kv_positions"] += attention.numel()
         self._stats["decode_seconds"] += time.perf_counter() - started
-        yield from self._completions(tokens, logprobs, finished)
+        for row, completion in self._completions(tokens, logprobs, finished):
+            if followers is not None and followers[row] is not None:
+                completion.allowed = followers[row].recorder.masks()
+                self._stats["constraint_breaks"] += followers[row].broken
+            yield row, completion
 
     def _generate_chunk_static(self, prompts, params: SamplingParams, n: int, draws: RowDraws):
         stop = params.stop

