@@ -218,6 +218,11 @@ def main() -> None:
     except RunStopped as error:
         typer.echo(f"stopped: {error}", err=True)
         sys.exit(1)
+    except OSError as error:  # a full disk, an unwritable or vanished run directory: nothing the run can fix
+        where = f" ({error.filename})" if error.filename else ""
+        typer.echo(f"error: {error.strerror or error}{where}; the last complete checkpoint is kept: free space or "
+                   "fix the directory, then continue with r3l train --resume RUN_DIR", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted; a training run can continue from its last checkpoint with --resume", err=True)
         sys.exit(130)

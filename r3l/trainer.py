@@ -21,6 +21,7 @@ from r3l.distributed.pipeline import Drawn, ExplorationPipeline
 from r3l.evaluate import held_out_evaluation, r3_table
 from r3l.errors import RunStopped, UserError
 from r3l.experience import write_jsonl
+from r3l.faults import failpoint
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
 from r3l.learner.learner import Learner, apply_lora
 from r3l.learner.weights import load_weights, merged_state_dict
@@ -112,7 +113,6 @@ class Trainer:
         if config.distributed.max_staleness and not config.distributed.rollout_workers:
             raise UserError("distributed.max_staleness needs rollout workers to explore while the learner trains: "
                             "set distributed.rollout_workers (1 or more), or max_staleness=0")
-        (self.run_dir / "config.yaml").write_text(dump_config(config))
         seed_everything(config.run.seed)
         self.parts = build_parts(config)
         env = self.parts.make_env()
@@ -145,6 +145,8 @@ class Trainer:
         elif self.rollout_pool is not None:
             with merged_state_dict(self.model) as weights:
                 self.rollout_pool.sync_weights(weights)
+        # only once everything fits: a resume that fails (another model, a damaged file) keeps the run's config
+        (self.run_dir / "config.yaml").write_text(dump_config(config))
 
     def _make_sampler(self) -> TaskSampler:
         tasks = self.parts.strategy.training_tasks(self.train_tasks, self.run_dir, build=self.task_builds)
@@ -225,6 +227,7 @@ class Trainer:
             experiences, metrics, lag = self.pipeline.next(self.step)
         else:
             experiences, metrics = self.parts.strategy.explore(self._draw(self.step).tasks, self.step)
+        failpoint("rollout_done")
         rollout_seconds = time.perf_counter() - started
         assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
         if config.logging.dump_experiences:
@@ -234,6 +237,7 @@ class Trainer:
         learn_started = time.perf_counter()
         self.parts.generator.release_memory()
         metrics.update(self.learner.update(experiences, behaviour_logprobs=lag > 0))
+        failpoint("update_done")
         self._sync_generators()
         learn_seconds = time.perf_counter() - learn_started
         metrics.update({

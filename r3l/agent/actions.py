@@ -19,8 +19,11 @@ class ParsedReply:
 ACTION_FORMATS: Registry[Callable[..., ParsedReply]] = Registry("action format")
 
 
+HEAD_CHARS = 8000  # an action is read from the reply's first characters (a lazy scan of a huge reply is quadratic)
+
+
 def _tag_content(text: str, tag: str) -> str | None:
-    match = re.search(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, re.S)
+    match = re.search(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text[:HEAD_CHARS], re.S)
     return match.group(1).strip() if match else None
 
 

@@ -5,6 +5,8 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
+TAIL_CHARS = 4000  # where a final answer is looked for: far more than any answer block needs
+MAX_NUMBER_CHARS = 1000  # Python refuses to convert integers of more than 4300 digits; no answer needs that many
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+"
 _FINAL_NUMBER = re.compile(rf"(?<![\w.])({_NUMBER})(?![\w])")
 _WHOLE_NUMBER = re.compile(
@@ -19,8 +21,9 @@ def _tag_pattern(tag: str) -> re.Pattern[str]:
 
 
 def extract_tagged(text: str, tag: str = "answer") -> str | None:
-    """The stripped content of the last <tag>...</tag> block, or None when there is none."""
-    matches = _tag_pattern(tag).findall(text)
+    """The stripped content of the last <tag>...</tag> block in the reply's last TAIL_CHARS characters (the
+    answer ends a reply; the bound keeps the lazy scan linear in the reply), or None when there is none."""
+    matches = _tag_pattern(tag).findall(text[-TAIL_CHARS:])
     return matches[-1].strip() if matches else None
 
 
@@ -33,8 +36,11 @@ def extract_final_number(text: str) -> str | None:
 def parse_number(text: str) -> Fraction | None:
     """`text` as an exact number when it is one number: '42', '-3.5', '1,234', '$18', '3/4', '12 apples'.
 
-    A trailing '%' is ignored, as are trailing unit words. Anything else returns None.
+    A trailing '%' is ignored, as are trailing unit words. Anything else, and anything longer than
+    MAX_NUMBER_CHARS, returns None.
     """
+    if len(text) > MAX_NUMBER_CHARS:
+        return None
     match = _WHOLE_NUMBER.match(text)
     if not match:
         return None

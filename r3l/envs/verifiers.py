@@ -14,6 +14,8 @@ from r3l.registry import Registry
 
 NO_ANSWER = "no answer found inside <answer></answer> tags"
 MATH_VERIFY_TIMEOUT_S = 3
+MAX_GRADED_CHARS = 300  # a longer tagged answer is not sent to math-verify (deeply nested input costs it seconds)
+WHOLE_REPLY_TAIL_CHARS = 1000  # without tags, math-verify reads only the end of the reply, where the answer is
 NUMERIC_TOLERANCE = Fraction(1, 10**6)  # relative, for the 'numeric' verifier
 
 
@@ -31,10 +33,13 @@ def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, requi
     if answer is None and require_tags:
         return _failure(NO_ANSWER)
     if answer is None:
-        correct = _math_verify(gold, completion, answer_is_whole_reply=True)
+        correct = _math_verify(gold, completion[-WHOLE_REPLY_TAIL_CHARS:], answer_is_whole_reply=True)
         return _success() if correct else _failure(NO_ANSWER)
     if not answer:
         return _failure("the <answer></answer> tags are empty")
+    if len(answer) > MAX_GRADED_CHARS:
+        return _failure(f"the answer is {len(answer)} characters long; an answer is one value, at most "
+                        f"{MAX_GRADED_CHARS} characters")
     return _success() if answers_match(answer, gold) else _wrong(answer, gold, reveal_answer)
 
 

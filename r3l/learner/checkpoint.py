@@ -11,16 +11,24 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from r3l.errors import UserError
+from r3l.errors import RunStopped, UserError
+from r3l.faults import failpoint
 
 
 def checkpoint_root(run_dir: Path) -> Path:
     return run_dir / "checkpoints"
 
 
+def is_complete(checkpoint: Path) -> bool:
+    """A checkpoint whose last file (state.pt, written last) is there; half-written ones live in .partial folders."""
+    return (checkpoint / STATE_FILE).is_file() and (checkpoint / "model").is_dir()
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    link = checkpoint_root(run_dir) / "latest"
-    return link.resolve() if link.exists() else None
+    """The newest complete checkpoint: where `latest` points, unless the run was killed after a newer one was
+    in place and before the link moved. Folders being written (.partial) are never taken."""
+    complete = [folder for folder in sorted(checkpoint_root(run_dir).glob("step_*")) if is_complete(folder)]
+    return complete[-1] if complete else None
 
 
 def rng_state() -> dict[str, Any]:
@@ -37,6 +45,7 @@ def is_lora(model) -> bool:
     return hasattr(model, "peft_config")
 
 
+STATE_FILE = "state.pt"  # written last: a checkpoint folder with it is complete
 OPTIMIZER_FILE = "optimizer.pt"  # the largest part (two moments per weight); only the newest checkpoint keeps it
 SHARDED_DIR = "sharded"  # or, from learner ranks with sharded checkpoints, each rank's part of model and optimizer
 
@@ -50,27 +59,42 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     final = root / f"step_{step:06d}"
     partial = root / f".step_{step:06d}.partial"
     shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    if is_lora(model):
-        model.save_pretrained(partial / "adapter")
-        copy.deepcopy(model).merge_and_unload().save_pretrained(partial / "model")
-    else:
-        model.save_pretrained(partial / "model")
-    tokenizer.save_pretrained(partial / "model")
-    state = dict(trainer_state)
-    if "optimizer" in state:
-        torch.save(state.pop("optimizer"), partial / OPTIMIZER_FILE)
-    if write_sharded is not None:
-        write_sharded(partial / SHARDED_DIR)
-    torch.save({**state, "step": step, "rng": rng_state()}, partial / "state.pt")
-    shutil.rmtree(final, ignore_errors=True)
+    try:
+        partial.mkdir(parents=True)
+        if is_lora(model):
+            model.save_pretrained(partial / "adapter")
+            copy.deepcopy(model).merge_and_unload().save_pretrained(partial / "model")
+        else:
+            model.save_pretrained(partial / "model")
+        failpoint("checkpoint_model_written")
+        tokenizer.save_pretrained(partial / "model")
+        state = dict(trainer_state)
+        if "optimizer" in state:
+            torch.save(state.pop("optimizer"), partial / OPTIMIZER_FILE)
+        if write_sharded is not None:
+            write_sharded(partial / SHARDED_DIR)
+        torch.save({**state, "step": step, "rng": rng_state()}, partial / STATE_FILE)
+    except Exception as error:  # a full disk, a vanished directory: safetensors and torch raise their own types
+        shutil.rmtree(partial, ignore_errors=True)
+        kept = latest_checkpoint(run_dir)
+        raise RunStopped(f"could not write the checkpoint of step {step} ({type(error).__name__}: "
+                         f"{str(error)[:160]}); the last complete checkpoint is {kept or 'none'}: free space or "
+                         f"fix the run directory, then r3l train --resume {run_dir}") from None
+    failpoint("checkpoint_written")
+    replaced = root / f".step_{step:06d}.replaced"  # a checkpoint of the same step is only dropped once the new one is in
+    shutil.rmtree(replaced, ignore_errors=True)
+    if final.exists():
+        final.rename(replaced)
     partial.rename(final)
+    failpoint("checkpoint_renamed")
     link = root / "latest"
     temporary = root / ".latest.tmp"
     if temporary.is_symlink() or temporary.exists():
         temporary.unlink()
     temporary.symlink_to(final.name)
     os.replace(temporary, link)
+    shutil.rmtree(replaced, ignore_errors=True)
+    failpoint("checkpoint_linked")
     kept = sorted(root.glob("step_*"))
     for old in kept[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -87,7 +111,21 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     if not optimizer.exists() and not sharded.is_dir():
         raise UserError(f"{checkpoint} has no {OPTIMIZER_FILE} (only the newest checkpoint keeps it); "
                         "resume from the run's latest checkpoint")
-    state = torch.load(checkpoint / "state.pt", weights_only=False)
+    state = read_checkpoint_file(checkpoint / STATE_FILE)
+    if not isinstance(state, dict) or "step" not in state or "rng" not in state:
+        raise UserError(f"{checkpoint / STATE_FILE} is not a trainer state written by r3l; " + DAMAGED_FIX)
     if optimizer.exists():
-        return {**state, "optimizer": torch.load(optimizer, weights_only=False)}
+        return {**state, "optimizer": read_checkpoint_file(optimizer)}
     return {**state, "sharded": sharded}
+
+
+DAMAGED_FIX = "delete that checkpoint folder to resume from an earlier one, or start a new run"
+
+
+def read_checkpoint_file(path: Path) -> Any:
+    """torch.load of a checkpoint file; a damaged or truncated file is one clear UserError naming it."""
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as error:  # a damaged file raises whatever the unpickler trips on
+        raise UserError(f"{path} cannot be read ({type(error).__name__}: {str(error)[:120]}); "
+                        + DAMAGED_FIX) from None

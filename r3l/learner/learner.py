@@ -15,6 +15,7 @@ from r3l.experience import Experience
 from r3l.learner.batching import (collate, collate_shared_prefix, forward_work, micro_batches, prefix_micro_batches,
                                   shared_prefix_length)
 from r3l.learner.attention import attention_kernel, avoid_cudnn_attention
+from r3l.learner.checkpoint import OPTIMIZER_FILE
 from r3l.learner.schedule import make_scheduler
 from r3l.models.cache import cache_of, with_cache
 from r3l.rollout.constraints import constrain_logits
@@ -114,7 +115,11 @@ class Learner:
         if "optimizer" not in state:
             raise UserError("this checkpoint's optimizer state was saved sharded by several learner ranks; resume "
                             "with the distributed.learner_ranks it was written with")
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError, RuntimeError) as error:
+            raise UserError(f"the checkpoint's {OPTIMIZER_FILE} does not fit this model's parameters ({error}); "
+                            "resume with the config saved in the run directory") from None
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_updates = state.get("nonfinite_updates", 0)
 

@@ -7,7 +7,8 @@ from typing import Iterator, Mapping
 
 import torch
 
-from r3l.learner.checkpoint import is_lora
+from r3l.errors import UserError
+from r3l.learner.checkpoint import DAMAGED_FIX, is_lora
 
 
 @contextmanager
@@ -29,13 +30,28 @@ def load_weights(model, checkpoint: Path) -> None:
     """Restore trainable weights saved by `save_checkpoint`."""
     from safetensors.torch import load_file
 
-    if is_lora(model):
+    lora = is_lora(model)
+    path = checkpoint / "adapter" / "adapter_model.safetensors" if lora else checkpoint / "model" / "model.safetensors"
+    try:
+        state = load_file(str(path))
+    except Exception as error:  # missing, truncated or not safetensors at all
+        raise UserError(f"{path} cannot be read ({type(error).__name__}: {str(error)[:120]}); {DAMAGED_FIX}") from None
+    mismatch = ("was written for a different model; resume with the config saved in the run directory "
+                "(model, LoRA and dtype as they were)")
+    if lora:
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, load_file(str(checkpoint / "adapter" / "adapter_model.safetensors")))
+        try:
+            result = set_peft_model_state_dict(model, state)
+        except RuntimeError as error:  # shapes that do not fit
+            raise UserError(f"{path} {mismatch} ({str(error).splitlines()[0][:160]})") from None
+        if result.unexpected_keys:
+            raise UserError(f"{path} {mismatch} (unexpected {result.unexpected_keys[:3]})")
         return
-    state = load_file(str(checkpoint / "model" / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as error:
+        raise UserError(f"{path} {mismatch} ({str(error).splitlines()[-1].strip()[:160]})") from None
     real_missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
     if real_missing or unexpected:
-        raise RuntimeError(f"checkpoint {checkpoint} does not match the model: missing {real_missing[:3]}, unexpected {unexpected[:3]}")
+        raise UserError(f"{path} {mismatch} (missing {real_missing[:3]}, unexpected {unexpected[:3]})")

@@ -97,7 +97,7 @@ def extract_json_object(text: str) -> dict[str, Any]:
     for start, end in reversed(spans):
         try:
             value = json.loads(text[start:end + 1], strict=False)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
             continue
         if isinstance(value, dict):
             return value
@@ -107,7 +107,7 @@ def extract_json_object(text: str) -> dict[str, Any]:
     if body:
         try:
             value = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = None
         else:
             raise ReportError("not_object", f"expected a JSON object, got a JSON {type(value).__name__}")
