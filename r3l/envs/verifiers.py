@@ -13,7 +13,7 @@ from r3l.envs.base import Verdict
 from r3l.registry import Registry
 
 NO_ANSWER = "no answer found inside <answer></answer> tags"
-MATH_VERIFY_TIMEOUT_S = 3
+MATH_VERIFY_TIMEOUT_S = 1  # math-verify gives up on an expression after this (sympy on 10**10**10 takes 1.5 s)
 MAX_GRADED_CHARS = 300  # a longer tagged answer is not sent to math-verify (deeply nested input costs it seconds)
 WHOLE_REPLY_TAIL_CHARS = 1000  # without tags, math-verify reads only the end of the reply, where the answer is
 NUMERIC_TOLERANCE = Fraction(1, 10**6)  # relative, for the 'numeric' verifier
