@@ -4,7 +4,9 @@ Each is `verifier(completion, gold, *, reveal_answer=True) -> Verdict`; the rewa
 """
 from __future__ import annotations
 
+import signal
 import threading
+from contextlib import contextmanager
 from fractions import Fraction
 from typing import Protocol
 
@@ -13,7 +15,7 @@ from r3l.envs.base import Verdict
 from r3l.registry import Registry
 
 NO_ANSWER = "no answer found inside <answer></answer> tags"
-MATH_VERIFY_TIMEOUT_S = 1  # math-verify gives up on an expression after this (sympy on 10**10**10 takes 1.5 s)
+MATH_VERIFY_BUDGET_S = 0.75  # wall-clock budget of one math-verify comparison (sympy on 10**10**10 takes 1.5 s)
 MAX_GRADED_CHARS = 300  # a longer tagged answer is not sent to math-verify (deeply nested input costs it seconds)
 WHOLE_REPLY_TAIL_CHARS = 1000  # without tags, math-verify reads only the end of the reply, where the answer is
 NUMERIC_TOLERANCE = Fraction(1, 10**6)  # relative, for the 'numeric' verifier
@@ -82,19 +84,44 @@ def answers_match(answer: str, gold: str) -> bool:
     return _math_verify(gold, answer)
 
 
+class _OutOfTime(BaseException):
+    """Raised by the budget's alarm; a BaseException so that no `except Exception` inside sympy swallows it."""
+
+
+@contextmanager
+def _time_budget(seconds: float):
+    """Interrupt the block after `seconds` (a SIGALRM timer: main thread only; elsewhere the block runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _OutOfTime()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _math_verify(gold: str, answer: str, answer_is_whole_reply: bool = False) -> bool:
+    """math-verify's judgement within one wall-clock budget for parsing both sides and comparing (its own
+    per-call timeouts are whole seconds each); out of time counts as not equal."""
     from math_verify import parse, verify  # imported lazily: it pulls in sympy
 
-    # signal-based timeouts only work in the main thread; elsewhere run without them
-    timeout = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-    parsed_gold = _parse_short(gold, parse, timeout)
-    if answer_is_whole_reply:
-        parsed_answer = parse(answer, parsing_timeout=timeout)
-    else:
-        parsed_answer = _parse_short(answer, parse, timeout)
-    if not parsed_gold or not parsed_answer:
+    try:
+        with _time_budget(MATH_VERIFY_BUDGET_S):
+            parsed_gold = _parse_short(gold, parse, None)
+            parsed_answer = parse(answer, parsing_timeout=None) if answer_is_whole_reply \
+                else _parse_short(answer, parse, None)
+            if not parsed_gold or not parsed_answer:
+                return False
+            return bool(verify(parsed_gold, parsed_answer, timeout_seconds=None))
+    except _OutOfTime:
         return False
-    return bool(verify(parsed_gold, parsed_answer, timeout_seconds=timeout))
 
 
 def _parse_short(text: str, parse, timeout: int | None) -> list:
