@@ -60,14 +60,19 @@ def test_logprobs_match_the_learner_at_temperature_one(embedded, engines):
             mask = [0] * len(prompt) + [1] * len(completion.tokens)
             experiences.append(Experience(group="g", kind="base", tokens=tokens, loss_mask=mask, reward=0.0,
                                           logprobs=[0.0] * len(prompt) + completion.logprobs))
+    gap = learner_gap(model, tokenizer, experiences)
+    assert gap <= 0.02, f"mean |learner - vLLM| = {gap:.4f} nats/token"
+
+
+def learner_gap(model, tokenizer, experiences) -> float:
+    """Mean |learner log-prob - generator log-prob| over the trained tokens of `experiences` (fp32 learner)."""
     learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=False), temperature=1.0,
                       autocast_bf16=False)
     batch = learner._collate(experiences)
     with torch.no_grad():
         recomputed, _ = learner._logprobs(model, batch)
     mask = batch["loss_mask"] > 0
-    gap = (recomputed[mask] - batch["gen_logprobs"][mask]).abs().mean()
-    assert gap <= 0.02, f"mean |learner - vLLM| = {gap:.4f} nats/token"
+    return float((recomputed[mask] - batch["gen_logprobs"][mask]).abs().mean())
 
 
 def test_outputs_follow_a_weight_sync_as_the_hf_generator_does(embedded, engines):
@@ -177,11 +182,5 @@ def test_constrained_reports_parse_and_score_as_sampled(embedded, engines):
                                           logprobs=[0.0] * len(prompt) + completion.logprobs, reward=1.0,
                                           allowed=[(len(prompt), completion.allowed)]))
     assert vllm.stats["constraint_breaks"] == 0
-    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=False), temperature=1.0,
-                      autocast_bf16=False)
-    batch = learner._collate(experiences)
-    with torch.no_grad():
-        recomputed, _ = learner._logprobs(model, batch)
-    mask = batch["loss_mask"] > 0
-    gap = float((recomputed[mask] - batch["gen_logprobs"][mask]).abs().mean())
+    gap = learner_gap(model, tokenizer, experiences)
     assert gap <= 0.02, f"mean |learner - vLLM| = {gap:.4f} nats/token under the constraint"
