@@ -45,7 +45,8 @@ def agent_limits(config: Config):
     reply = ReplyFormat(a.action_tag, a.think_tag, think_chars(config)) if s.replies else None
     return AgentLimits(max_turns=a.max_turns, max_context_tokens=a.max_context_tokens,
                        terminate_on=tuple(a.terminate_on), repeat_limit=a.repeat_limit, action_tag=a.action_tag,
-                       think_tag=a.think_tag, env_workers=a.env_workers, structured=reply)
+                       think_tag=a.think_tag, env_workers=a.env_workers, structured=reply,
+                       env_timeout=a.env_timeout)
 
 
 def think_chars(config: Config) -> int | None:

@@ -86,6 +86,9 @@ class AgentConfig(Section):
     think_tag: str = Field("think", min_length=1)
     stop_after_action: bool = Field(True, description="end a turn at </action> (tagged environments)")
     env_workers: int = Field(16, gt=0, description="simulator instances alive at once (episodes in flight)")
+    env_timeout: float | None = Field(None, gt=0, description="seconds a simulator may take to answer one reset, "
+                                         "replay or step before it is killed and the episode ends as env_error "
+                                         "(null: wait forever)")
 
 
 class StructuredConfig(Section):
@@ -144,6 +147,8 @@ class TrainConfig(Section):
     checkpoint_every: int = Field(10, ge=0, description="steps between checkpoints; 0 = only at the end")
     keep_checkpoints: int = Field(1, gt=0, description="newest checkpoints kept; only the newest keeps the "
                                   "optimizer state (resume), older ones keep their weights (eval)")
+    release_free_memory: bool = Field(True, description="hand the allocator's free pages back to the system after "
+                                      "each step (glibc malloc_trim), so resident memory shows what the run holds")
     max_nonfinite_updates: int = Field(3, gt=0, description="stop the run after this many updates in a row whose "
                                        "loss or gradient norm was NaN/inf (each is dropped, never applied)")
 

@@ -26,7 +26,7 @@ from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restor
 from r3l.learner.learner import Learner, apply_lora
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console
-from r3l.logging.memory import memory_metrics
+from r3l.memory import memory_metrics, release_free_memory
 from r3l.rollout.chat import PromptFormat
 from r3l.task_sampler import TaskSampler
 
@@ -249,6 +249,8 @@ class Trainer:
         })
         if metrics.get("forward_positions"):  # tokens the learner ran forward and backward (skipped ones are free)
             metrics["train_tokens_per_s"] = metrics["forward_positions"] / max(learn_seconds, 1e-9)
+        if self.config.train.release_free_memory:
+            release_free_memory()
         metrics.update(memory_metrics())
         self.step += 1
         return metrics

@@ -34,6 +34,16 @@ class EnvPool:
     def give_back(self, env: Env) -> None:
         self._free.append(env)
 
+    def discard(self, env: Env) -> None:
+        """Throw away a broken environment (its simulator died or hung); the next `take` makes a new one."""
+        self._made -= 1
+        for stop in (env.abort, getattr(env, "close", None)):
+            try:
+                if stop is not None:
+                    stop()
+            except Exception:  # noqa: BLE001 - it is broken; what matters is that it is gone
+                pass
+
     def close(self) -> None:
         for env in self._free:
             close = getattr(env, "close", None)

@@ -9,6 +9,8 @@ Episodes end when the environment says done, or early, each reason counted in `t
 a reply with no action (format_error), an action the environment does not accept (inadmissible), the same
 action `repeat_limit` times in a row (repeated_action), `max_turns` turns, or the context limit. A retry
 whose replay does not reproduce the base observation ends with `replay_mismatch` before generating.
+An environment that raises, or hangs past `env_timeout` seconds, ends its episode with `env_error`: the
+episode is not trained (strategies drop it), its task id is printed, and the environment is replaced.
 """
 from __future__ import annotations
 
@@ -17,15 +19,17 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from r3l.agent.actions import parse_reply
-from r3l.agent.reply_grammar import ReplyFormat
+from r3l.agent.env_guard import EnvFailure, guarded_call
 from r3l.agent.env_pool import EnvPool
+from r3l.agent.reply_grammar import ReplyFormat
 from r3l.envs import Env, Task
+from r3l.logging.progress import console
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion, Generator, SamplingParams
 
 TERMINATIONS = ("done", "format_error", "inadmissible", "repeated_action", "max_turns", "context_limit",
-                "replay_mismatch")
+                "replay_mismatch", "env_error")
 EARLY_STOPS = ("format_error", "inadmissible", "repeated_action")
 
 
@@ -39,6 +43,7 @@ class AgentLimits:
     think_tag: str = "think"
     env_workers: int = 16  # environments alive at once, for environments that run a simulator
     structured: ReplyFormat | None = None  # replies decoded under the environment's grammar (None: free)
+    env_timeout: float | None = None  # seconds one reset, replay or step may take (None: no limit)
 
 
 @dataclass
@@ -98,6 +103,11 @@ class EpisodeStart:
     guidance: str | None = None
 
 
+def trainable(trajectory: Trajectory) -> bool:
+    """False for an episode the environment broke (env_error): its ending says nothing about the policy."""
+    return trajectory.termination != "env_error"
+
+
 def with_guidance(guidance: str | None, observation: str) -> str:
     return f"{guidance.strip()}\n\n{observation}" if guidance else observation
 
@@ -124,12 +134,22 @@ class EpisodeRunner:
 
     # --- starting -------------------------------------------------------------------------------
     def _activate(self, start: EpisodeStart, env: Env) -> Trajectory:
+        try:
+            return self._start(start, env)
+        except EnvFailure as failure:
+            messages = self.prompt_format.messages(start.task.prompt, env.system_prompt)
+            trajectory = Trajectory(start.task, TokenConversation.start(self.tokenizer, messages))
+            self._env_error(trajectory, f"while {'replaying' if start.base else 'starting'} the episode", failure)
+            return trajectory
+
+    def _start(self, start: EpisodeStart, env: Env) -> Trajectory:
+        timeout = self.limits.env_timeout
         if start.base is None:
-            observation = env.reset(start.task)
+            observation = guarded_call(env, timeout, env.reset, start.task)
             messages = self.prompt_format.messages(observation, env.system_prompt)
             return Trajectory(start.task, TokenConversation.start(self.tokenizer, messages), observation=observation)
         base, pivot = start.base, start.pivot
-        observation = env.replay(start.task, [step.played for step in base.steps[:pivot]])
+        observation = guarded_call(env, timeout, env.replay, start.task, [step.played for step in base.steps[:pivot]])
         guided_text = with_guidance(start.guidance, observation)
         if pivot == 0:
             guided = TokenConversation.start(self.tokenizer, self.prompt_format.messages(guided_text, env.system_prompt))
@@ -160,7 +180,7 @@ class EpisodeRunner:
                     self._check_context(trajectory, params)
                 if trajectory.termination:
                     results[index] = trajectory
-                    self.pool.give_back(env)
+                    self._release(trajectory, env)
                 else:
                     active[index] = (trajectory, env)
             if not active:
@@ -175,10 +195,21 @@ class EpisodeRunner:
                 self._advance(trajectory, env, completion, params)
                 if trajectory.termination:
                     results[index] = trajectory
-                    self.pool.give_back(env)
+                    self._release(trajectory, env)
                     del active[index]
             turn += 1
         return [trajectory for trajectory in results if trajectory is not None]
+
+    def _release(self, trajectory: Trajectory, env: Env) -> None:
+        if trajectory.termination == "env_error":
+            self.pool.discard(env)
+        else:
+            self.pool.give_back(env)
+
+    def _env_error(self, trajectory: Trajectory, when: str, failure: EnvFailure) -> None:
+        self._finish(trajectory, "env_error", f"The environment failed {when}: {failure}")
+        console.print(f"environment error on task {trajectory.task.id} {when} ({failure}); the episode is not "
+                      "trained and its environment is replaced", markup=False, highlight=False)
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, turn: int,
                   constraints: list | None = None) -> list[Completion]:
@@ -223,7 +254,10 @@ class EpisodeRunner:
             return self._finish(trajectory, "repeated_action",
                                 f"The episode was stopped at step {number}: the action '{action}' was chosen "
                                 f"{limits.repeat_limit} times in a row.")
-        result = env.step(action)
+        try:
+            result = guarded_call(env, limits.env_timeout, env.step, action)
+        except EnvFailure as failure:
+            return self._env_error(trajectory, f"at step {number}", failure)
         step.played, step.reward = action, float(result.reward)
         step.admissible = bool(result.info.get("admissible", True))
         if result.done:

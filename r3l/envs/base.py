@@ -74,6 +74,13 @@ class Env(ABC):
         actions now; called after `reset` or `step`."""
         return None
 
+    def abort(self) -> None:
+        """Stop at once, possibly from another thread while a call is blocked (a hung simulator); the instance
+        is not used again. Simulators override this to kill their process; the default closes."""
+        close = getattr(self, "close", None)
+        if close is not None:
+            close()
+
     def replay(self, task: Task, actions: Sequence[str]) -> str:
         """Rebuild the state after `actions`; return the last observation. Needs a deterministic env."""
         if not self.deterministic:

@@ -28,6 +28,7 @@ from r3l.envs import register
 from r3l.envs.base import Env, StepResult, Task
 from r3l.envs.feedback import episode_feedback
 from r3l.envs.text_game import check_count, check_in_episode, invalid_observation, normalise_action, round_robin
+from r3l.envs.java_simulator import close_quietly, kill_java
 from r3l.errors import UserError
 
 PAPER_TRAIN_TYPES = (
@@ -128,10 +129,13 @@ class ScienceWorldEnv(Env):
             self._sim = self._simulator_class("", envStepLimit=10**9)  # our max_steps ends episodes
         return self._sim
 
+    def abort(self) -> None:
+        kill_java(self._sim)
+
     def close(self) -> None:
         """Stop the Java VM (a later reset starts a new one)."""
         if self._sim is not None:
-            self._sim.close()
+            close_quietly(self._sim)
             self._sim = None
 
     # --- tasks -----------------------------------------------------------------------------------

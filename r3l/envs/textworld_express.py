@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from r3l.envs import register
 from r3l.envs.base import Task
 from r3l.envs.text_game import TextGameEnv, View, check_count, round_robin
+from r3l.envs.java_simulator import close_quietly, kill_java
 from r3l.errors import UserError
 
 GAMES = ("cookingworld", "coin", "mapreader", "twc")
@@ -127,10 +128,13 @@ class TextWorldExpressEnv(TextGameEnv):
             self._loaded = (game, params)
         return sim
 
+    def abort(self) -> None:
+        kill_java(self._sim)
+
     def close(self) -> None:
         """Stop the Java VM (a later reset starts a new one)."""
         if self._sim is not None:
-            self._sim.close()
+            close_quietly(self._sim)
             self._sim, self._loaded = None, None
 
     # --- tasks -----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from r3l.agent.episodes import EpisodeStart
+from r3l.agent.episodes import EpisodeStart, trainable
 from r3l.agent.records import episode_metrics, trajectory_experience
 from r3l.envs import Task
 from r3l.explore import STRATEGIES, Strategy
@@ -19,5 +19,5 @@ class PlainStrategy(Strategy):
         played = self.runner.run(starts, params)
         groups = [played[i * context.group_size:(i + 1) * context.group_size] for i in range(len(tasks))]
         experiences = [trajectory_experience(trajectory, group=f"step{step}-{task.id}")
-                       for task, group in zip(tasks, groups) for trajectory in group]
+                       for task, group in zip(tasks, groups) for trajectory in group if trainable(trajectory)]
         return experiences, episode_metrics(groups)

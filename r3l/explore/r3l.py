@@ -17,7 +17,7 @@ from typing import Literal, Sequence
 from pydantic import Field
 
 from r3l.agent.credit import pivotal_mask, turns_only
-from r3l.agent.episodes import EpisodeStart, Trajectory, termination_metrics
+from r3l.agent.episodes import EpisodeStart, Trajectory, termination_metrics, trainable
 from r3l.agent.improvement import IMPROVEMENT_RULES
 from r3l.agent.records import conversation_experience, episode_metrics, trajectory_experience
 from r3l.agent.retry_plan import choose_retries, split_budget
@@ -131,9 +131,9 @@ class R3LStrategy(Strategy):
         runs = [run for group in groups for run in group]
         if n_retry:
             self._reflect(runs, None if seed is None else seed + 1)
-        mismatches, fills = self._retry(groups, n_retry, None if seed is None else seed + 2)
+        lost, fills = self._retry(groups, n_retry, None if seed is None else seed + 2)
         experiences = [e for run in group_contiguous(groups, fills) for e in self._experiences(run)]
-        metrics = self._metrics(groups, n_retry * len(tasks), mismatches)
+        metrics = self._metrics(groups, n_retry * len(tasks), lost)
         metrics["success_reflections_trained"] = float(sum(e.meta.get("sft_of") == "success_reflection"
                                                            for e in experiences))
         if s.fill_unused_slots == "fresh":
@@ -163,7 +163,7 @@ class R3LStrategy(Strategy):
         with their reason, never fatal."""
         c, s = self.context, self.settings
         rules = c.prompt_format.system_prompt or self.runner.system_prompt or ""
-        chosen = [run for run in runs if s.reflect_on_success or not run.episode.success]
+        chosen = [run for run in runs if trainable(run.episode) and (s.reflect_on_success or not run.episode.success)]
         if not chosen:
             return
         prompts = [TokenConversation.start(c.tokenizer, [{"role": "user", "content": reflection_prompt(
@@ -182,9 +182,10 @@ class R3LStrategy(Strategy):
             run.reflection = Reflection(prompt, completion, result)
 
     def _retry(self, groups: Sequence[Sequence[BaseRun]], n_retry: int, seed: int | None
-               ) -> tuple[int, list[BaseRun]]:
+               ) -> tuple[Counter, list[BaseRun]]:
         """Retry the chosen base episodes of each task from their pivots (and, with fill_unused_slots=fresh, play
-        one more unguided episode per slot left over). Returns (replays that did not match, the extra episodes)."""
+        one more unguided episode per slot left over). Returns (the retries not kept, counted by ending:
+        replay_mismatch, env_error; the extra episodes)."""
         s = self.settings
         chosen, fills = [], []
         for group in groups:
@@ -197,23 +198,25 @@ class R3LStrategy(Strategy):
                                build_guidance(run.reflection.report, self.guidance_template)) for run in chosen]
         starts += [EpisodeStart(first.task) for first, _ in fills]
         if not starts:
-            return 0, []
+            return Counter(), []
         played = self.runner.run(starts, replace(self.context.sampling, seed=seed))
-        mismatches = 0
+        lost: Counter = Counter()
         for run, start, episode in zip(chosen, starts, played):
-            if episode.termination == "replay_mismatch":
-                mismatches += 1
+            if episode.termination == "replay_mismatch" or not trainable(episode):
+                lost[episode.termination] += 1
                 continue
             base = run.episode
             better = self.improved(episode.reward, episode.num_steps, base.reward, base.num_steps, s.success_reward)
             run.retries.append(Retry(start, episode, better))
         extra = [BaseRun(first.task, first.group, f"{first.run.rsplit('/', 1)[0]}/fill{n}", episode)
                  for (first, n), episode in zip(fills, played[len(chosen):])]
-        return mismatches, extra
+        return lost, extra
 
     # --- experiences ----------------------------------------------------------------------------
     def _experiences(self, run: BaseRun) -> list[Experience]:
         s = self.settings
+        if not trainable(run.episode):
+            return []
         records = [self._base_experience(run)]
         records += [self._retry_experience(run, retry) for retry in run.retries]
         if s.aux_sft:
@@ -277,7 +280,7 @@ class R3LStrategy(Strategy):
         return experience
 
     # --- metrics --------------------------------------------------------------------------------
-    def _metrics(self, groups: Sequence[Sequence[BaseRun]], slots: int, mismatches: int):
+    def _metrics(self, groups: Sequence[Sequence[BaseRun]], slots: int, lost: Counter):
         runs = [run for group in groups for run in group]
         bases = [run.episode for run in runs]
         metrics = episode_metrics([[run.episode for run in group] for group in groups])
@@ -288,8 +291,9 @@ class R3LStrategy(Strategy):
         reflection_tokens = {id(run): len(run.reflection.completion.tokens) for run in reflected}
         metrics["reflection_length"] = sum(reflection_tokens.values()) / max(1, len(reflected))
         retries = [(run, retry) for run in runs for retry in run.retries]
-        metrics["replay_mismatches"] = float(mismatches)
-        metrics["retry_slots_unused"] = (slots - len(retries) - mismatches) / slots if slots else 0.0
+        metrics["replay_mismatches"] = float(lost["replay_mismatch"])
+        metrics["retry_env_errors"] = float(lost["env_error"])
+        metrics["retry_slots_unused"] = (slots - len(retries) - sum(lost.values())) / slots if slots else 0.0
         successes = sum(b.success for b in bases)
         metrics.update({"base_count": float(len(bases)), "base_successes": float(successes),
                         "base_generated_tokens": float(sum(b.generated_tokens for b in bases))})

@@ -1,0 +1,54 @@
+"""The process's memory: resident now and the peak so far (MiB), and handing freed heap back to the system.
+
+glibc keeps freed blocks for reuse: after one long batch a CPU run's resident size stays at that batch's high-water
+mark for the rest of the run, which reads as growth. `release_free_memory` (malloc_trim) returns those free pages
+at the end of each step; what stays resident is what the run really holds.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import resource
+import sys
+from functools import lru_cache
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_mib() -> float:
+    """Resident set size now (Linux /proc); the peak where /proc is missing."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * _PAGE_BYTES / 2**20
+    except (OSError, IndexError, ValueError):
+        return peak_resident_mib()
+
+
+def peak_resident_mib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
+
+
+def memory_metrics() -> dict[str, float]:
+    return {"rss_mib": resident_mib(), "peak_rss_mib": peak_resident_mib()}
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to trim
+        return None
+
+
+def release_free_memory() -> bool:
+    """Give the allocator's free pages back to the system (glibc); False where there is no such call."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
