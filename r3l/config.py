@@ -287,7 +287,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not file.exists():
         raise UserError(f"config file {path} does not exist; pass an existing YAML file or a preset name")
     try:
-        data = yaml.safe_load(file.read_text())
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text (byte {error.start}); save the config as UTF-8 YAML") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory; pass a YAML file or a preset name") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

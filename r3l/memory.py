@@ -12,6 +12,7 @@ import os
 import resource
 import sys
 from functools import lru_cache
+from typing import Sequence
 
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -52,3 +53,18 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+def rss_growth(rss: Sequence[float], warmup_fraction: float = 0.1) -> float:
+    """How much resident memory grew after warm-up, as a fraction: the median over the last `warmup_fraction` of
+    the steps against the median over the same number of steps right after the warm-up (the first such share)."""
+    window = max(1, int(len(rss) * warmup_fraction))
+    if len(rss) < 3 * window:
+        raise ValueError(f"{len(rss)} samples are too few to tell warm-up, early and late apart")
+    early, late = sorted(rss[window:2 * window]), sorted(rss[-window:])
+    return _median(late) / _median(early) - 1.0
+
+
+def _median(values: list[float]) -> float:
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
