@@ -113,3 +113,25 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_keeps_the_last_checkpoi
     assert result.stderr.strip().splitlines()[-1].startswith("stopped: could not write the checkpoint of step 3")
     assert not list((run_dir / "checkpoints").glob(".*partial"))
     assert latest_checkpoint(run_dir) == before and load_trainer_state(before)["step"] == 2
+
+
+def test_a_full_disk_while_writing_metrics_is_one_line_and_the_run_resumes_after(finished_run, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "full_metrics"
+    shutil.copytree(finished_run, run_dir, symlinks=True)
+    before = latest_checkpoint(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    kept = metrics.read_text()
+    metrics.unlink()
+    metrics.symlink_to("/dev/full")  # every write fails with ENOSPC, as on a full disk
+    result = run_cli("train", "--resume", str(run_dir), "train.steps=3", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: No space left on device") and "--resume" in last
+    assert latest_checkpoint(run_dir) == before and load_trainer_state(before)["step"] == 2
+    metrics.unlink()
+    metrics.write_text(kept)  # space freed: the run goes on from its last checkpoint
+    done = run_cli("train", "--resume", str(run_dir), "train.steps=3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert load_trainer_state(latest_checkpoint(run_dir))["step"] == 3
