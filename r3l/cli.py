@@ -209,7 +209,10 @@ def config(args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP)):
 
 
 def main() -> None:
+    from r3l.memory import limit_onednn_cache
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    limit_onednn_cache()
     try:
         app()
     except UserError as error:

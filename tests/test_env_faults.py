@@ -103,3 +103,36 @@ def test_the_training_step_goes_on_without_the_broken_episode(tiny, tmp_path, mo
     for path in sorted((run_dir / "experiences").glob("*.jsonl")):
         records = [json.loads(line) for line in path.read_text().splitlines()]
         assert records and all(r["meta"].get("termination") != "env_error" for r in records)
+
+
+class Blocking:
+    """An environment call that blocks until `abort` releases it, as a frozen simulator's socket read would."""
+
+    def __init__(self):
+        import threading
+        self.released = threading.Event()
+        self.aborts = 0
+
+    def abort(self):
+        self.aborts += 1
+        self.released.set()
+
+    def step(self, action):
+        self.released.wait(30)
+        raise ConnectionResetError("the simulator went away")
+
+
+def test_guarded_call_turns_errors_and_hangs_into_one_line_failures():
+    from r3l.agent.env_guard import EnvFailure, guarded_call
+    from r3l.errors import UserError
+
+    env = Blocking()
+    assert guarded_call(env, 5.0, lambda action: f"played {action}", "look") == "played look"
+    with pytest.raises(EnvFailure, match=r"^ConnectionResetError: broken\s*pipe$"):
+        guarded_call(env, None, lambda: (_ for _ in ()).throw(ConnectionResetError("broken\n pipe")))
+    started = time.monotonic()
+    with pytest.raises(EnvFailure, match="no answer within agent.env_timeout=0.5 s"):
+        guarded_call(env, 0.5, env.step, "look")
+    assert env.aborts == 1 and time.monotonic() - started < 5
+    with pytest.raises(UserError):  # a configuration error is not the simulator's fault: it reaches the user
+        guarded_call(env, None, lambda: (_ for _ in ()).throw(UserError("bad game parameters")))
