@@ -10,11 +10,12 @@ class EnvPool:
     """Lends environments; `limit` caps how many exist at once (None: no cap, for envs that cost nothing).
     `make_env` must return a new, independent environment on every call."""
 
-    def __init__(self, make_env: Callable[[], Env], limit: int | None = None):
+    def __init__(self, make_env: Callable[[], Env], limit: int | None = None, first: Env | None = None):
+        """`first`: an environment already made (counted against `limit`, lent first)."""
         self.make_env = make_env
         self.limit = limit
-        self._free: list[Env] = []
-        self._made = 0
+        self._free: list[Env] = [] if first is None else [first]
+        self._made = len(self._free)
 
     @property
     def made(self) -> int:

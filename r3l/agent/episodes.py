@@ -129,8 +129,7 @@ class EpisodeRunner:
         self.deterministic = probe.deterministic
         self.env_name = probe.name
         self.system_prompt = probe.system_prompt
-        self.pool = EnvPool(make_env, None if probe.light else limits.env_workers)
-        self.pool.give_back(probe)
+        self.pool = EnvPool(make_env, None if probe.light else limits.env_workers, first=probe)
 
     # --- starting -------------------------------------------------------------------------------
     def _activate(self, start: EpisodeStart, env: Env) -> Trajectory:
