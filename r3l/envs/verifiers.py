@@ -114,9 +114,9 @@ def _math_verify(gold: str, answer: str, answer_is_whole_reply: bool = False) ->
 
     try:
         with _time_budget(MATH_VERIFY_BUDGET_S):
-            parsed_gold = _parse_short(gold, parse, None)
-            parsed_answer = parse(answer, parsing_timeout=None) if answer_is_whole_reply \
-                else _parse_short(answer, parse, None)
+            parsed_gold = _parse_short(gold, parse)
+            parsed_answer = (parse(answer, parsing_timeout=None) if answer_is_whole_reply
+                             else _parse_short(answer, parse))
             if not parsed_gold or not parsed_answer:
                 return False
             return bool(verify(parsed_gold, parsed_answer, timeout_seconds=None))
@@ -124,13 +124,14 @@ def _math_verify(gold: str, answer: str, answer_is_whole_reply: bool = False) ->
         return False
 
 
-def _parse_short(text: str, parse, timeout: int | None) -> list:
-    """A bare answer is read as one LaTeX expression ('1+x' stays 1+x), else as free text."""
+def _parse_short(text: str, parse) -> list:
+    """A bare answer is read as one LaTeX expression ('1+x' stays 1+x), else as free text (no timeout of
+    math-verify's own: the caller's budget bounds it)."""
     if "$" not in text and "\\boxed" not in text:
-        parsed = parse(f"${text}$", parsing_timeout=timeout)
+        parsed = parse(f"${text}$", parsing_timeout=None)
         if parsed:
             return parsed
-    return parse(text, parsing_timeout=timeout)
+    return parse(text, parsing_timeout=None)
 
 
 def _success() -> Verdict:
