@@ -122,10 +122,14 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
 DAMAGED_FIX = "delete that checkpoint folder to resume from an earlier one, or start a new run"
 
 
+def unreadable(path: Path, error: Exception) -> UserError:
+    """The one-line error for a checkpoint file that is missing, truncated or damaged."""
+    return UserError(f"{path} cannot be read ({type(error).__name__}: {str(error)[:120]}); {DAMAGED_FIX}")
+
+
 def read_checkpoint_file(path: Path) -> Any:
     """torch.load of a checkpoint file; a damaged or truncated file is one clear UserError naming it."""
     try:
         return torch.load(path, weights_only=False)
     except Exception as error:  # a damaged file raises whatever the unpickler trips on
-        raise UserError(f"{path} cannot be read ({type(error).__name__}: {str(error)[:120]}); "
-                        + DAMAGED_FIX) from None
+        raise unreadable(path, error) from None

@@ -8,7 +8,7 @@ from typing import Iterator, Mapping
 import torch
 
 from r3l.errors import UserError
-from r3l.learner.checkpoint import DAMAGED_FIX, is_lora
+from r3l.learner.checkpoint import is_lora, unreadable
 
 
 @contextmanager
@@ -35,7 +35,7 @@ def load_weights(model, checkpoint: Path) -> None:
     try:
         state = load_file(str(path))
     except Exception as error:  # missing, truncated or not safetensors at all
-        raise UserError(f"{path} cannot be read ({type(error).__name__}: {str(error)[:120]}); {DAMAGED_FIX}") from None
+        raise unreadable(path, error) from None
     mismatch = ("was written for a different model; resume with the config saved in the run directory "
                 "(model, LoRA and dtype as they were)")
     if lora:
