@@ -21,6 +21,7 @@ def guarded_call(env: Any, timeout: float | None, call: Callable[..., Any], *arg
     """`call(*args)`, or EnvFailure if it raised or ran past `timeout` seconds (None: no limit). A UserError
     (bad configuration) is not an environment failure and passes through."""
     fired = threading.Event()
+    timed_out = f"no answer within agent.env_timeout={timeout:g} s" if timeout else ""
     timer = None
     if timeout:
         def expire() -> None:
@@ -35,7 +36,7 @@ def guarded_call(env: Any, timeout: float | None, call: Callable[..., Any], *arg
         raise
     except Exception as error:
         if fired.is_set():
-            raise EnvFailure(f"no answer within agent.env_timeout={timeout:g} s") from None
+            raise EnvFailure(timed_out) from None
         text = " ".join(str(error).split())[:MESSAGE_CHARS]
         raise EnvFailure(f"{type(error).__name__}: {text}" if text else type(error).__name__) from None
     finally:
@@ -43,5 +44,5 @@ def guarded_call(env: Any, timeout: float | None, call: Callable[..., Any], *arg
             timer.cancel()
             timer.join()
     if fired.is_set():  # answered just as the timer fired: the simulator is gone all the same
-        raise EnvFailure(f"no answer within agent.env_timeout={timeout:g} s")
+        raise EnvFailure(timed_out)
     return result
