@@ -161,12 +161,16 @@ def envs(name: Optional[str] = typer.Argument(None, help="Show this environment'
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run directory written by `r3l train` or `r3l bench`.")):
     """Render PNG plots of a run's metrics into RUN_DIR/plots/."""
+    from r3l.logging.hack_watch import hack_watch_line
     from r3l.logging.plots import render_report
 
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a directory; pass a run directory written by `r3l train`")
     for path in render_report(run_dir):
         typer.echo(str(path))
+    watch = hack_watch_line(run_dir)
+    if watch:
+        typer.echo(watch)
 
 
 @app.command()

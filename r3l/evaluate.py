@@ -40,7 +40,14 @@ class EvalResult:
         top, share = most_common_completion([s["completion"] for s in self.samples])
         return {"success": self.success, "ci95": [self.ci_low, self.ci_high], "successes": self.successes,
                 "total": self.total, "mean_reward": self.mean_reward, "most_common_completion": top,
-                "most_common_completion_share": share}
+                "most_common_completion_share": share,
+                "rewarded_prompt_copies": rewarded_prompt_copies(self.samples)}
+
+
+def rewarded_prompt_copies(samples: Sequence[dict[str, Any]], success_key: str = "success",
+                           copied_key: str = "copied_prompt") -> int:
+    """Samples rewarded for an answer that copies an expression of their prompt (the reward-hacking watch)."""
+    return sum(1 for sample in samples if sample.get(success_key) and sample.get(copied_key))
 
 
 def most_common_completion(completions: Sequence[str]) -> tuple[str | None, float]:
@@ -67,7 +74,7 @@ def evaluate(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Gene
     samples = [{"task_id": e.task.id, "prompt": e.task.prompt,
                 "completion": e.text, "actions": e.actions,
                 "steps": e.num_steps, "termination": e.termination, "success": e.success, "reward": e.reward,
-                "feedback": e.feedback} for e in episodes]
+                "feedback": e.feedback, "copied_prompt": e.copied_prompt} for e in episodes]
     return EvalResult(successes / max(1, total), low, high, successes, total,
                       sum(e.reward for e in episodes) / max(1, total), samples)
 
@@ -87,17 +94,20 @@ def evaluate_two_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], ge
     second = first + sum(group[0].verdict.success for group in retries)
     total = len(attempts)
     samples = [{"task_id": a.task.id, "first_attempt": a.completion.text, "first_success": a.verdict.success,
-                "feedback": a.verdict.feedback} for a in attempts]
+                "first_copied_prompt": a.copied_prompt, "feedback": a.verdict.feedback} for a in attempts]
     by_id = {s["task_id"]: s for s in samples}
     for group in retries:
         retry = group[0]
         by_id[retry.failure.task.id].update({"reflection": retry.reflection.text, "second_attempt": retry.second.text,
-                                             "second_success": retry.verdict.success})
+                                             "second_success": retry.verdict.success,
+                                             "second_copied_prompt": retry.copied_prompt})
     return {
         "first_try": {"success": first / max(1, total), "ci95": list(wilson_interval(first, total)), "successes": first},
         "second_try": {"success": second / max(1, total), "ci95": list(wilson_interval(second, total)),
                        "successes": second},
         "total": total,
+        "rewarded_prompt_copies": (rewarded_prompt_copies(samples, "first_success", "first_copied_prompt")
+                                   + rewarded_prompt_copies(samples, "second_success", "second_copied_prompt")),
         "samples": samples,
     }
 
@@ -133,8 +143,10 @@ def _held_out(tasks, make_env, generator, tokenizer, params, prompt_format, atte
                                        reflection_max_new_tokens, limits)
         summary = {k: v for k, v in record.items() if k != "samples"}
         return record, summary, {"eval/success": record["first_try"]["success"],
-                                 "eval/second_try_success": record["second_try"]["success"]}
+                                 "eval/second_try_success": record["second_try"]["success"],
+                                 "eval/hack/prompt_copies": record["rewarded_prompt_copies"] / max(1, record["total"])}
     result = evaluate(tasks, make_env, generator, tokenizer, params, prompt_format, limits)
     summary = result.summary()
-    return {**summary, "samples": result.samples}, summary, {"eval/success": result.success,
-                                                              "eval/reward": result.mean_reward}
+    return {**summary, "samples": result.samples}, summary, {
+        "eval/success": result.success, "eval/reward": result.mean_reward,
+        "eval/hack/prompt_copies": summary["rewarded_prompt_copies"] / max(1, result.total)}

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from r3l.algorithms import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
+from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
+from r3l.algorithms.advantages import checked_advantages
 from r3l.build import agent_limits, build_parts, eval_params, reflection_prompts
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
@@ -49,7 +50,7 @@ def new_run_dir(config: Config) -> Path:
 
 
 def check_algorithm_names(config: Config) -> None:
-    ADVANTAGES.get(config.algorithm.advantage)
+    checked_advantages(config.algorithm.advantage, config.algorithm.advantage_args)
     POLICY_LOSSES.get(config.algorithm.policy_loss)
     KL_ESTIMATORS.get(config.algorithm.kl_estimator)
 

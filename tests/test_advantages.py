@@ -108,3 +108,30 @@ def test_shape_errors():
         adv("grpo", [1, 0, 1], [0, 0])
     with pytest.raises(ValueError, match="integer"):
         ADVANTAGES.get("grpo")(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]))
+
+
+@pytest.mark.parametrize("name", ["grpo", "grpo_no_std", "opmd", "rloo", "positive_amplified"])
+def test_all_equal_groups_are_exactly_zero_despite_float_rounding(name):
+    # in float32 the mean of three 0.9s is not 0.9 exactly: r - mean was 6e-8, and GRPO divided it by eps
+    rewards = torch.tensor([0.9, 0.9, 0.9, 0.7, 0.7], dtype=torch.float32)
+    groups = torch.tensor([0, 0, 0, 1, 1])
+    assert (rewards - group_mean(rewards, groups)).abs().max() > 0  # the rounding that used to leak through
+    assert ADVANTAGES.get(name)(rewards, groups).tolist() == [0.0] * 5
+
+
+def test_singleton_reward_follows_the_reference_baseline_of_zero():
+    # the reference (Trinity-RFT opmd/grpo advantages) compares a lone member with 0, GRPO with std 1
+    close(adv("opmd", [0.4, 1.0, 0.0], [0, 1, 1], singleton="reward"), [0.4, 0.5, -0.5])
+    close(adv("grpo_no_std", [0.4], [0], singleton="reward"), [0.4])
+    close(adv("grpo", [0.4, 1.0, 0.0], [0, 1, 1], singleton="reward"), [0.4 / (1 + 1e-6), 0.7071061, -0.7071061])
+    close(adv("positive_amplified", [0.4, 1.0], [0, 1], singleton="reward"), [1.2, 1.0])
+    close(adv("opmd", [0.4, 1.0, 0.0], [0, 1, 1]), [0.0, 0.5, -0.5])  # the default: no baseline, no signal
+
+
+def test_bad_advantage_settings_are_one_line_before_the_run():
+    from r3l.algorithms.advantages import checked_advantages
+
+    with pytest.raises(UserError, match="bad algorithm.advantage_args for 'opmd': singleton must be one of"):
+        checked_advantages("opmd", {"singleton": "nope"})
+    with pytest.raises(UserError, match="bad algorithm.advantage_args for 'raft'"):
+        checked_advantages("raft", {"alpha": 2})

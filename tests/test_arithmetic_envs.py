@@ -4,7 +4,7 @@ from fractions import Fraction
 import pytest
 
 import r3l.envs
-from r3l.envs.answer import extract_final_number, extract_tagged, parse_number
+from r3l.envs.answer import extract_final_number, extract_tagged, parse_number, parse_number_literal
 from r3l.envs.arithmetic import ArithmeticEnv, GsmEnv, clear_task_cache
 from r3l.envs.base import Task
 from r3l.envs.safe_math import evaluate
@@ -54,9 +54,9 @@ def test_parse_number_rejects_non_numbers(text):
 
 
 # ---------------------------------------------------------------- grading
-@pytest.mark.parametrize("answer, gold", [("42", "42"), ("42.0", "42"), ("\\frac{84}{2}", "42"),
-                                          ("1/2", "0.5"), ("0.5", "\\frac{1}{2}"), ("1+x", "x+1"),
-                                          ("28,080", "28080")])
+@pytest.mark.parametrize("answer, gold", [("42", "42"), ("42.0", "42"), ("\\boxed{42}", "42"), ("$42$", "42"),
+                                          ("1/2", "0.5"), ("0.5", "\\frac{1}{2}"), ("\\frac{1}{2}", "0.5"),
+                                          ("1+x", "x+1"), ("28,080", "28080"), ("−7", "-7")])
 def test_answers_match(answer, gold):
     assert answers_match(answer, gold)
 
@@ -64,6 +64,36 @@ def test_answers_match(answer, gold):
 @pytest.mark.parametrize("answer, gold", [("41", "42"), ("1+x", "1"), ("forty-two", "42"), ("0.5", "1/3")])
 def test_answers_do_not_match(answer, gold):
     assert not answers_match(answer, gold)
+
+
+@pytest.mark.parametrize("answer, gold", [("2 + 5", "7"), ("6 * 7", "42"), ("6*7", "42"), ("12/4", "3"),
+                                          ("\\frac{84}{2}", "42"), ("84/2", "42"), ("7/1", "7"), ("2/4", "0.5"),
+                                          ("\\sqrt{49}", "7"), ("x = 7", "7"), ("2^3", "8"), ("(7)", "7")])
+def test_an_unevaluated_expression_never_matches_a_number(answer, gold):
+    assert not answers_match(answer, gold)
+
+
+@pytest.mark.parametrize("text, value", [("42", 42), ("-3.5", Fraction(-7, 2)), ("$-55{,}761$", -55761),
+                                         ("\\boxed{7}", 7), ("7 \\text{ cm}", 7), ("\\frac{3}{4}", Fraction(3, 4)),
+                                         ("-3/4", Fraction(-3, 4)), ("50%", 50), ("42.", 42)])
+def test_parse_number_literal(text, value):
+    assert parse_number_literal(text) == value
+
+
+@pytest.mark.parametrize("text", ["2 + 5", "12/4", "7/1", "0/3", "\\frac{84}{2}", "\\sqrt{4}", "x = 7", "1e3", ""])
+def test_parse_number_literal_refuses_expressions(text):
+    assert parse_number_literal(text) is None
+
+
+def test_a_restated_question_earns_nothing_in_any_numeric_verifier(arithmetic, gsm):
+    restated = "<answer>2 + 5</answer>"
+    assert not arithmetic.verify(task("7"), restated).success
+    assert not gsm.verify(task("7"), restated).success
+    for name in ("math", "numeric"):
+        verdict = VERIFIERS.get(name)(restated, "7")
+        assert not verdict.success and "not a number" in verdict.feedback
+    assert not VERIFIERS.get("math")("\\boxed{2+5}", "7").success  # untagged: the boxed value must be a number
+    assert VERIFIERS.get("math")("so 2 + 5 = 7", "7").success  # untagged: the last number
 
 
 def test_arithmetic_env_grades_right_and_wrong(arithmetic):
@@ -152,7 +182,8 @@ def test_math_verifier_falls_back_to_the_whole_reply():
     verify = VERIFIERS.get("math")
     assert verify("so the answer is \\boxed{\\frac{1}{2}}", "0.5").success
     assert verify("<answer>0.5</answer>", "1/2").success
-    assert verify("I think it is 7", "8").feedback == NO_ANSWER
+    assert verify("I think it is 7", "8").feedback == "answered 7, the correct answer is 8"
+    assert verify("no digits here", "8").feedback == NO_ANSWER
 
 
 def test_exact_verifier():
@@ -167,5 +198,5 @@ def test_numeric_verifier():
     assert verify("<answer>3.0000001</answer>", "3").success
     assert verify("the total is 1,200 dollars", "1200").success
     assert verify("<answer>3.01</answer>", "3").feedback == "answered 3.01, the correct answer is 3"
-    assert verify("<answer>three</answer>", "3").feedback == "answered three, which is not a number"
+    assert verify("<answer>three</answer>", "3").feedback == "answered three, which is not a number; give the final value alone"
     assert "not a number" in verify("<answer>3</answer>", "three").feedback

@@ -34,6 +34,13 @@ def test_any_order_and_trailing_equals_target_accepted():
     assert check_equation(reply("(12 / 3 + 7) * 3 - 12 + 12"), [3, 7, 12, 3, 12, 12], TARGET).success
 
 
+def test_a_stated_result_must_be_the_target():
+    wrong = check_equation(reply("3 * 7 + 12 = 34"), NUMBERS, TARGET)
+    assert not wrong.success and wrong.feedback == "states the result 34, target is 33"
+    assert not check_equation(reply("3 * 7 + 11 = 33"), NUMBERS, TARGET).success  # the equation itself is false
+    assert check_equation(reply("3 * 7 + 12 = 33.0"), NUMBERS, TARGET).success
+
+
 def test_last_answer_block_counts():
     text = "example: <answer> (1 + 2) / 3 </answer> ... final: <ANSWER>7*3+12</ANSWER>"
     assert check_equation(text, NUMBERS, TARGET).success

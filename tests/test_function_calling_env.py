@@ -1,4 +1,5 @@
-"""The function_calling environment: real BFCL data, seeded splits, gold answers, and the xLAM file loader."""
+"""The function_calling environment: real BFCL data, seeded splits, gold answers, the checker setting, and
+the xLAM file loader. (tests/test_bfcl_official.py compares the checkers on thousands of replies.)"""
 import importlib.util
 import json
 
@@ -69,11 +70,14 @@ def test_bad_model_output_gives_feedback_not_errors():
                             ("<tool_call>{oops</tool_call>", "the tool call is not valid JSON"),
                             ("<tool_call>" * 20000, "the reply is too long"),
                             ('<tool_call>{"name": "__import__(\'os\')", "arguments": {}}</tool_call>',
-                             "which is not an available function")]:
+                             "not found in model output")]:
         env.reset(task)
         result = env.step(reply)
         assert result.done and result.reward == 0.0 and not result.info["success"]
-        assert feedback in result.info["feedback"]
+        assert feedback in result.info["feedback"] and "\n" not in result.info["feedback"]
+    strict = FunctionCallingEnv(categories="simple", test_size=1, checker="strict")
+    assert "which is not an available function" in strict.verify(
+        task, '<tool_call>{"name": "__import__(\'os\')", "arguments": {}}</tool_call>').feedback
     tagged = FunctionCallingEnv(categories="simple", test_size=1, tag="call")
     assert "<call></call>" in tagged.system_prompt and "<tool_call>" not in tagged.system_prompt
     assert tagged.verify(task, tagged.solution(task)).success
@@ -84,12 +88,68 @@ def test_bad_settings_are_one_line_user_errors(tmp_path):
     for kwargs, message in [(dict(source="glaive"), "env.args.source must be one of bfcl, xlam"),
                             (dict(categories=["simple", "irrelevance"]), "unknown BFCL category 'irrelevance'"),
                             (dict(test_fraction=1.0), "env.args.test_fraction must be in [0, 1)"),
+                            (dict(checker="ast"), "env.args.checker must be one of official, strict, lenient, "
+                                                  "got 'ast'"),
                             (dict(source="xlam"), "env.args.path is needed"),
                             (dict(source="xlam", path=str(tmp_path / "none.jsonl")), "not found"),
                             (dict(path=str(tmp_path)), "no BFCL data for category 'simple'")]:
         with pytest.raises(UserError) as error:
             FunctionCallingEnv(**kwargs)
         assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@needs_bfcl
+def test_checker_setting_official_strict_lenient():
+    envs = {checker: FunctionCallingEnv(categories=["simple"], checker=checker)
+            for checker in ("official", "strict", "lenient")}
+    assert envs["official"].checker == FunctionCallingEnv(categories=["simple"]).checker == "official"
+    by_id = {task.data["source_id"]: task for task in envs["official"].tasks("train") + envs["official"].tasks("test")}
+
+    def verdicts(source_id, arguments):
+        task = by_id[source_id]
+        (name, _), = task.answer["ground_truth"][0].items()
+        text = f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+        return {checker: env.verify(task, text).success for checker, env in envs.items()}
+
+    # simple_python_93: location ['LA'], timeframe [7], format ['IMAX']
+    assert verdicts("simple_python_93", {"location": "LA", "timeframe": 7, "format": "IMAX"}) == \
+        {"official": True, "strict": True, "lenient": True}
+    assert verdicts("simple_python_93", {"location": "la", "timeframe": 7, "format": "I-MAX"}) == \
+        {"official": True, "strict": False, "lenient": True}
+    assert verdicts("simple_python_93", {"location": "LA", "timeframe": 7.0, "format": "IMAX"}) == \
+        {"official": False, "strict": False, "lenient": False}
+    # simple_python_17: number [450], formatted [true, ""]; the schema requires both
+    assert verdicts("simple_python_17", {"number": 450, "formatted": True}) == \
+        {"official": True, "strict": True, "lenient": True}
+    assert verdicts("simple_python_17", {"number": 450}) == {"official": False, "strict": True, "lenient": True}
+    with pytest.raises(UserError, match="has no setting env.args.lenient_strings"):
+        r3l.envs.make("function_calling", lenient_strings=True)
+
+
+@needs_bfcl
+def test_tasks_no_reply_can_pass_are_left_out():
+    from r3l.envs.function_calling import _unsolvable, bfcl_data_dir, bfcl_files, _read_json_lines
+
+    left_out = {}
+    for category in ("live_simple", "live_multiple"):
+        questions, answers = bfcl_files(bfcl_data_dir(), category)
+        gold = {record["id"]: record["ground_truth"] for record in _read_json_lines(answers)}
+        for record in _read_json_lines(questions):
+            reason = _unsolvable(gold[record["id"]], record["function"])
+            if reason:
+                left_out[record["id"]] = reason
+    assert left_out == {
+        "live_simple_106-63-0": "an argument of record has no acceptable value",
+        "live_simple_112-68-0": "an argument of record has no acceptable value",
+        "live_multiple_507-149-4": "Flights_4_SearchOnewayFlight's schema requires 'origin_airport', "
+                                   "which the ground truth wants left out",
+        "live_multiple_862-181-3": "the ground truth requires 'journey_start_time', which Trains_1_FindTrains's "
+                                   "schema does not list",
+        "live_multiple_964-207-0": "the ground truth requires 'question', which transfer_to_human_agent's "
+                                   "schema does not list"}
+    env = FunctionCallingEnv(categories=["live_simple", "live_multiple"], test_fraction=0)
+    kept = {task.data["source_id"] for task in env.tasks("train")}
+    assert len(kept) == 258 + 1053 - 5 and not kept & set(left_out)
 
 
 def test_missing_bfcl_package_names_the_install_line(monkeypatch):
@@ -113,6 +173,9 @@ def test_bfcl_folder_given_by_path(tmp_path):
     task, = env.tasks("train")
     assert "Context: Be brief.\n\nRequest: Weather in Oslo?" in task.prompt
     assert env.verify(task, '<tool_call>{"name": "weather", "arguments": {"city": "Oslo"}}</tool_call>').success
+    assert env.verify(task, '<tool_call>{"name": "weather", "arguments": {"city": "oslo"}}</tool_call>').success
+    strict = FunctionCallingEnv(path=str(tmp_path), categories=["simple"], test_fraction=0, checker="strict")
+    assert not strict.verify(task, '<tool_call>{"name": "weather", "arguments": {"city": "oslo"}}</tool_call>').success
 
 
 def xlam_row(index, **changes):
@@ -127,7 +190,7 @@ def xlam_row(index, **changes):
 def test_xlam_file_loads_splits_and_verifies_exactly(tmp_path):
     path = tmp_path / "xlam.jsonl"
     path.write_text("\n".join(xlam_row(i) for i in range(10)) + "\n\n")
-    env = r3l.envs.make("function_calling", source="xlam", path=str(path), seed=3)
+    env = r3l.envs.make("function_calling", source="xlam", path=str(path), seed=3)  # checker: official
     train, test = env.tasks("train"), env.tasks("test")
     assert (len(train), len(test)) == (8, 2)
     assert not {t.data["source_id"] for t in train} & {t.data["source_id"] for t in test}
@@ -144,6 +207,10 @@ def test_xlam_file_loads_splits_and_verifies_exactly(tmp_path):
     assert extra.feedback == "made 2 calls, expected 1"
     missing = env.verify(task, '<tool_call>[]</tool_call>')
     assert missing.feedback == "made 0 calls, expected 1; missing a call to get_weather"
+    lenient = FunctionCallingEnv(source="xlam", path=str(path), seed=3, checker="lenient")
+    shouted = json.dumps({"name": "get_weather", "arguments": {"days": index, "city": f"CITY{index}"}})
+    assert not env.verify(task, f"<tool_call>{shouted}</tool_call>").success  # xLAM: verify_exact, always
+    assert not lenient.verify(task, f"<tool_call>{shouted}</tool_call>").success
     as_list = tmp_path / "xlam.json"
     as_list.write_text(json.dumps([json.loads(xlam_row(i)) for i in range(3)]))
     assert len(FunctionCallingEnv(source="xlam", path=str(as_list), test_fraction=0).tasks("train")) == 3

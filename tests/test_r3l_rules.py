@@ -92,3 +92,17 @@ def test_the_reflection_on_a_successful_base_that_says_success_is_trained(tiny):
         assert [r.kind for r in s._experiences(run)] == ["base"]
     off = strategy(tokenizer, train_success_reflections=False)
     assert [r.kind for r in off._experiences(perfect)] == ["base"]
+
+
+def test_fewer_steps_improve_only_where_steps_are_a_cost():
+    from r3l.agent.improvement import IMPROVEMENT_RULES, retry_improved
+    from r3l.envs.math_dialogue import MathDialogueEnv
+
+    reference = IMPROVEMENT_RULES.get("reference")
+    # both succeed (reward 1); the retry takes 1 step where its base took 3
+    assert retry_improved(reference, (1.0, 1), (1.0, 3), 1.0, steps_are_a_cost=True)
+    # the math dialogue: a first-attempt success after a third-attempt one is no improvement (the reference's
+    # DAPO and Countdown workflows have no fewer-steps clause)
+    assert not MathDialogueEnv.steps_are_a_cost
+    assert not retry_improved(reference, (1.0, 1), (1.0, 3), 1.0, steps_are_a_cost=MathDialogueEnv.steps_are_a_cost)
+    assert retry_improved(reference, (1.0, 1), (0.0, 3), 1.0, steps_are_a_cost=False)

@@ -187,3 +187,51 @@ def test_reflection_prompt_fills_the_template():
     assert prompt == ("R: Use {braces} freely.\nL: " + format_trajectory_log(STEPS, "failed") + "\nN: 2")
     default = reflection_prompt(STEPS, "failed", "Pick up the apple.")
     assert "Pick up the apple." in default and "Step 1\nObservation" in default and "{log}" not in default
+
+
+# ---------------------------------------------------------------- the R3L code's reading
+def _report(**fields):
+    base = {"trajectory_summary": "went west", "root_cause_analysis": "east was right", "trajectory_outcome": "failure",
+            "improvement_suggestion": "go east", "retry_from_step": 1}
+    return json.dumps({**base, **fields})
+
+
+def test_the_reference_reading_takes_first_brace_to_last_brace():
+    from r3l.reflection.report import REPORT_PARSERS
+
+    reference, ours = REPORT_PARSERS.get("reference"), REPORT_PARSERS.get("r3l")
+    assert reference(f"Sure! {_report()} Done.", 3).retry_from_step == 1
+    two = f"Example: {{\"a\": 1}} Mine: {_report()}"  # two objects: the reference's slice is not JSON
+    with pytest.raises(ReportError) as caught:
+        reference(two, 3)
+    assert caught.value.reason_code == "invalid_json"
+    assert ours(two, 3).retry_from_step == 1  # r3l: the last balanced object
+
+
+@pytest.mark.parametrize("fields, reference_ok, r3l_ok", [
+    ({"trajectory_outcome": "Failure"}, False, True),  # the reference compares the outcome exactly
+    ({"trajectory_summary": ""}, True, False),  # the reference only asks that a text field be present
+    ({"improvement_suggestion": ""}, True, False),
+    ({"retry_from_step": "1"}, False, True),  # a digit string: the reference's retry fails on it, r3l converts
+    ({"retry_from_step": 1.0}, False, False),  # a float: the reference's retry fails on it
+    ({"retry_from_step": True}, False, False),
+    ({"retry_from_step": 3}, False, False),  # out of [0, 3)
+])
+def test_reference_and_r3l_readings_differ_where_fidelity_says(fields, reference_ok, r3l_ok):
+    from r3l.reflection.report import REPORT_PARSERS
+
+    for name, expected in (("reference", reference_ok), ("r3l", r3l_ok)):
+        try:
+            REPORT_PARSERS.get(name)(_report(**fields), 3)
+            accepted = True
+        except ReportError:
+            accepted = False
+        assert accepted == expected, (name, fields)
+
+
+def test_the_reference_reading_of_a_success_needs_no_pivot():
+    from r3l.reflection.report import REPORT_PARSERS
+
+    report = REPORT_PARSERS.get("reference")(_report(trajectory_outcome="success", retry_from_step=None,
+                                                      improvement_suggestion=None), 3)
+    assert report.trajectory_outcome == "success" and report.retry_from_step is None

@@ -182,3 +182,12 @@ def test_bfcl_nested_dict_values_and_reference_calls():
     bad = Call("find", {"where": {"school": "Bluebird", "city": "X"}})
     verdict = verify_bfcl([bad], truth, functions)
     assert verdict.feedback.startswith("argument 'where' of find is {") and "expected one of [{" in verdict.feedback
+
+
+def test_bfcl_reference_calls_give_what_the_schema_requires_even_if_the_truth_marks_it_optional():
+    functions = [{"name": "factors", "parameters": {"type": "dict", "required": ["number", "formatted"], "properties": {
+        "number": {"type": "integer"}, "formatted": {"type": "boolean"}, "limit": {"type": "integer"}}}}]
+    truth = [{"factors": {"number": [450], "formatted": ["", True], "limit": ["", 10]}}]  # as in simple_python_17
+    reference = bfcl_reference_calls(truth, functions)
+    assert reference == [Call("factors", {"number": 450, "formatted": True})]
+    assert verify_bfcl(reference, truth, functions).success

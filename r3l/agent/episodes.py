@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from r3l.agent.actions import parse_reply
 from r3l.agent.env_guard import EnvFailure, guarded_call
 from r3l.agent.env_pool import EnvPool
+from r3l.agent.prompt_copy import watched_copy
 from r3l.agent.reply_grammar import ReplyFormat
 from r3l.envs import Env, Task
 from r3l.logging.progress import console
@@ -66,6 +67,7 @@ class Trajectory:
     feedback: str = ""
     termination: str = ""
     prefix_steps: int = 0  # steps taken over from the base episode (a retry's shared prefix)
+    copied_prompt: bool = False  # the last reply's answer copies an expression of the prompt (prompt_copy.py)
     distilled: TokenConversation | None = None  # the same turns without the guidance (context distillation)
     observation: str = ""  # the latest observation, not yet acted on
 
@@ -126,6 +128,7 @@ class EpisodeRunner:
         probe = make_env()
         self.action_format = probe.action_format
         self.retry_from_pivot = probe.retry_from_pivot
+        self.steps_are_a_cost = probe.steps_are_a_cost
         self.deterministic = probe.deterministic
         self.env_name = probe.name
         self.system_prompt = probe.system_prompt
@@ -260,6 +263,7 @@ class EpisodeRunner:
         step.played, step.reward = action, float(result.reward)
         step.admissible = bool(result.info.get("admissible", True))
         if result.done:
+            trajectory.copied_prompt = watched_copy(env, trajectory.task.prompt, completion.text)
             return self._finish(trajectory, "done", str(result.info.get("feedback", "")),
                                 bool(result.info.get("success", False)))
         if not step.admissible and "inadmissible" in limits.terminate_on:

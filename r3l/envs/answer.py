@@ -1,17 +1,26 @@
-"""Pull the final answer out of a model reply: a tagged block, or else the last number."""
+"""Pull the final answer out of a model reply (a tagged block, a \\boxed{} value, or else the last number) and
+read a number written out, telling it apart from an expression that still needs computing."""
 from __future__ import annotations
 
 import re
 from fractions import Fraction
 from functools import lru_cache
+from math import gcd
 
 TAIL_CHARS = 4000  # where a final answer is looked for: far more than any answer block needs
 MAX_NUMBER_CHARS = 1000  # Python refuses to convert integers of more than 4300 digits; no answer needs that many
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+"
-_FINAL_NUMBER = re.compile(rf"(?<![\w.])({_NUMBER})(?![\w])")
+_FINAL_NUMBER = re.compile(rf"(?<![\w.])((?:{_NUMBER})(?:\s*/\s*\d+)?)(?![\w])")
 _WHOLE_NUMBER = re.compile(
     rf"^\s*[$£€]?\s*({_NUMBER})\s*(?:/\s*(\d+))?\s*%?\s*(?:[A-Za-z][A-Za-z ]*)?\.?\s*$"
 )
+
+
+_LITERAL = re.compile(rf"^[$£€]?\s*({_NUMBER})\s*%?\s*(?:[A-Za-z][A-Za-z ]*)?\.?$")
+_FRACTION = re.compile(r"^([-+]?)(?:\\[dt]?frac\{\s*(\d+)\s*\}\{\s*(\d+)\s*\}|(\d+)\s*/\s*(\d+))\.?$")
+_LATEX_TEXT = re.compile(r"\\(?:text|textrm|mathrm|mbox)\{([^{}]*)\}")
+_BOXED = re.compile(r"\\boxed\{")
+_LATEX_SPELLINGS = {"{,}": ",", "\\,": "", "\\!": "", "\\ ": " ", "\\$": "$", "\\%": "%", "−": "-", "–": "-"}
 
 
 @lru_cache(maxsize=16)
@@ -51,3 +60,55 @@ def parse_number(text: str) -> Fraction | None:
             return None
         value /= int(denominator)
     return value
+
+
+def parse_number_literal(text: str) -> Fraction | None:
+    """`text` as a number written out, or None when it is anything else, an unevaluated expression included.
+
+    Read: '42', '-3.5', '42.0', '1,234', '$18', '50%', '12 apples', the LaTeX '$-55{,}761$', '\\boxed{7}',
+    '7 \\text{ cm}', and a fraction in lowest terms ('3/4', '\\frac{3}{4}'). Refused: '2 + 5', '6*7', '12/4',
+    '7/1', '\\frac{84}{2}', '\\sqrt{4}', 'x = 7': a reply that restates the question's expression, or a step of
+    it, has not computed the answer.
+    """
+    if len(text) > MAX_NUMBER_CHARS:
+        return None
+    body = _unwrap_latex(text)
+    fraction = _FRACTION.match(body)
+    if fraction:
+        sign, latex_top, latex_bottom, top, bottom = fraction.groups()
+        numerator, denominator = int(latex_top or top), int(latex_bottom or bottom)
+        if denominator < 2 or gcd(numerator, denominator) != 1:
+            return None
+        value = Fraction(numerator, denominator)
+        return -value if sign == "-" else value
+    match = _LITERAL.match(body)
+    return Fraction(match.group(1).replace(",", "")) if match else None
+
+
+def _unwrap_latex(text: str) -> str:
+    """Math delimiters, \\boxed{} and \\text{} taken off, LaTeX spellings of ',' '$' '%' '-' made plain."""
+    body = text.strip()
+    for spelling, plain in _LATEX_SPELLINGS.items():
+        body = body.replace(spelling, plain)
+    body = _LATEX_TEXT.sub(lambda match: match.group(1), body).strip()
+    for opening, closing in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if len(body) > len(opening) + len(closing) and body.startswith(opening) and body.endswith(closing):
+            body = body[len(opening):-len(closing)].strip()
+    boxed = _BOXED.match(body)
+    if boxed and body.endswith("}"):
+        body = body[boxed.end():-1].strip()
+    return body
+
+
+def extract_boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} in the reply's tail (braces balanced), or None."""
+    tail = text[-TAIL_CHARS:]
+    starts = [match.end() for match in _BOXED.finditer(tail)]
+    if not starts:
+        return None
+    depth, start = 1, starts[-1]
+    for position in range(start, len(tail)):
+        depth += {"{": 1, "}": -1}.get(tail[position], 0)
+        if depth == 0:
+            return tail[start:position].strip()
+    return None

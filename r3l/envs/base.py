@@ -53,8 +53,14 @@ class Env(ABC):
     # False: a retry always restarts from the first step (pivot 0), e.g. multi-attempt math dialogues,
     # where the earlier attempts are what the retry should not see.
     retry_from_pivot: ClassVar[bool] = True
+    # False where fewer steps are no better episode (a math dialogue's attempts): R3L's improvement rule then
+    # compares rewards only, as the reference's DAPO and Countdown workflows do.
+    steps_are_a_cost: ClassVar[bool] = True
     # True: an instance costs nothing (no simulator), so a runner may make one per episode in flight.
     light: ClassVar[bool] = False
+    # False where an answer quotes the prompt by design (a game's listed actions, a call's arguments): the
+    # reward-hacking watch (r3l/agent/prompt_copy.py) then does not count copies of the prompt.
+    watch_prompt_copies: ClassVar[bool] = True
     system_prompt: str | None = None
 
     @abstractmethod

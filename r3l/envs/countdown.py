@@ -2,7 +2,8 @@
 
 Tasks come from reasoning-gym's `countdown` dataset, or from a built-in seeded generator when
 reasoning-gym is not installed. The reward is strictly binary: 1.0 only for a correct equation
-inside <answer></answer> tags that uses every given number exactly once.
+inside <answer></answer> tags that uses every given number exactly once. An equation may state its result
+('(1 + 2) * 3 = 9'); a stated result must be the target.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from r3l.envs.verifiers import NO_ANSWER
 from r3l.errors import UserError
 
 TOLERANCE = 1e-5
-_TRAILING_RESULT = re.compile(r"=\s*[-+]?\d+(?:\.\d+)?\s*$")
+_STATED_RESULT = re.compile(r"=\s*([-+]?\d+(?:\.\d+)?)\s*$")
 
 PROMPT = (
     "Using the numbers {numbers}, create an equation that equals {target}. "
@@ -93,12 +94,15 @@ def check_equation(completion: str, numbers: list[int], target: int) -> Verdict:
     answer = extract_tagged(completion)
     if answer is None:
         return _failure(NO_ANSWER)
-    expression = _TRAILING_RESULT.sub("", answer).strip()
+    stated = _STATED_RESULT.search(answer)
+    expression = answer[:stated.start()].strip() if stated else answer
     try:
         value, used = evaluate(expression)
     except ExpressionError as error:
         return _failure(str(error))
     problems = number_usage_problems(used, numbers)
+    if stated and abs(Fraction(stated.group(1)) - target) >= TOLERANCE:
+        problems.append(f"states the result {stated.group(1)}, target is {target}")
     if abs(value - target) >= TOLERANCE:
         problems.append(f"evaluates to {format_number(value)}, target is {target}")
     if problems:

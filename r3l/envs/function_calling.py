@@ -4,15 +4,30 @@ Two sources:
 - 'bfcl': the Berkeley Function Calling Leaderboard files shipped in the `bfcl-eval` package
   (`pip install --no-deps bfcl-eval`), or a folder holding the same files (`path`). Categories
   'simple' (BFCL_v*_simple_python.json, BFCL_v3_simple.json in older releases), 'multiple', 'parallel',
-  'parallel_multiple' and their 'live_' versions; graded with `verify_bfcl`.
+  'parallel_multiple' and their 'live_' versions. Graded by `checker` (env.args.checker):
+  'official' (default) is BFCL's own AST checker from bfcl-eval (`r3l.envs.bfcl_checker`), the verdict
+  the leaderboard gives; 'strict' and 'lenient' are r3l's `verify_bfcl` (exact stripped strings; BFCL's
+  string normalisation), which differ from the official verdict in the ways `verify_bfcl` lists.
 - 'xlam': an APIGen / xlam-function-calling-60k file (`path`, .jsonl or a .json list) whose rows have
   `query`, `tools` and `answers` (JSON strings or values; answers are [{name, arguments}]); graded with
-  `verify_exact`, the rule R3 trains with.
+  `verify_exact`, the rule R3 trains with, whatever `checker` says.
 
 Splits are fixed by `seed`: each BFCL category (or the xLAM file) is shuffled and its first
 `test_fraction` becomes the test split, so the splits never share a task; `train_size`/`test_size` then
-cap each split without changing which tasks belong to it. BFCL tasks whose ground truth leaves an
-argument no acceptable value (two in live_simple) are left out: BFCL's own checker fails every reply.
+cap each split without changing which tasks belong to it.
+
+BFCL tasks that no sensible reply can pass are left out (`_unsolvable`; none in the four default
+categories, 5 of the 1,351 live ones in bfcl-eval 2026.3.23):
+- an argument has no acceptable value at all ([]): live_simple_106-63-0, live_simple_112-68-0;
+- the ground truth requires an argument the function's schema does not list, which BFCL's checker rejects
+  as unexpected when given and as missing when left out: live_multiple_862-181-3 ('journey_start_time'
+  for Trains_1_FindTrains), live_multiple_964-207-0 ('question' for transfer_to_human_agent);
+- the schema requires an argument the ground truth does not list, rejected the same two ways
+  (live_multiple_964-207-0 again: 'statement');
+- the schema requires an argument whose only acceptable value is "" (left out): live_multiple_507-149-4
+  ('origin_airport'; the request says "from LA"). BFCL then accepts only the empty string, a reply that
+  contradicts the request, so no reply worth rewarding passes.
+Every other task's reference solution (`bfcl_reference_calls`) passes the official checker.
 """
 from __future__ import annotations
 
@@ -28,11 +43,13 @@ from typing import Any, Sequence
 from r3l.envs import register
 from r3l.envs.dataset import file_stamp
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
+from r3l.envs.bfcl_checker import load_ast_checker, official_verdict
 from r3l.envs.tool_calls import (Call, ToolCallFormatError, bfcl_reference_calls, format_tool_calls,
                                  parse_tool_calls, verify_bfcl, verify_exact)
 from r3l.errors import UserError
 
 SOURCES = ("bfcl", "xlam")
+CHECKERS = ("official", "strict", "lenient")
 BFCL_CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple",
                    "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
 _BFCL_STEMS = {"simple": ("simple_python", "simple")}  # BFCL v4 renamed 'simple' to 'simple_python'
@@ -54,13 +71,17 @@ class FunctionCallingEnv(SingleTurnEnv):
     name = "function_calling"
     description = "Function calling: answer with JSON tool calls in <tool_call> tags (BFCL or xLAM data)."
     system_prompt = SYSTEM_PROMPT.format(tag="tool_call")
+    watch_prompt_copies = False  # arguments quote the request ('2024-01-05', '555-1234') by design
+    argument_help = {"checker": "BFCL grading: official (bfcl-eval's AST checker), strict or lenient (r3l's)"}
 
     def __init__(self, *, source: str = "bfcl", categories: Sequence[str] | str = BFCL_CATEGORIES[:4],
                  path: str | None = None, seed: int = 0, test_fraction: float = 0.2, tag: str = "tool_call",
-                 train_size: int | None = None, test_size: int | None = None, lenient_strings: bool = False):
+                 train_size: int | None = None, test_size: int | None = None, checker: str = "official"):
         super().__init__()
         if source not in SOURCES:
             raise UserError(f"env.args.source must be one of {', '.join(SOURCES)}, got '{source}'")
+        if checker not in CHECKERS:
+            raise UserError(f"env.args.checker must be one of {', '.join(CHECKERS)}, got {checker!r}")
         if not 0 <= test_fraction < 1:
             raise UserError(f"env.args.test_fraction must be in [0, 1), got {test_fraction}")
         for setting, size in (("train_size", train_size), ("test_size", test_size)):
@@ -70,13 +91,15 @@ class FunctionCallingEnv(SingleTurnEnv):
             raise UserError(f"env.args.tag must be a tag name like 'tool_call', got {tag!r}")
         self.source = source
         self.tag = tag
-        self.lenient_strings = lenient_strings
+        self.checker = checker
         if tag != "tool_call":
             self.system_prompt = SYSTEM_PROMPT.format(tag=tag)
         if source == "bfcl":
             categories = (categories,) if isinstance(categories, str) else tuple(categories)
             self.categories = _check_categories(categories)
             folder = str(Path(path).resolve()) if path is not None else bfcl_data_dir()
+            if checker == "official":
+                load_ast_checker()  # a missing bfcl-eval is a one-line UserError now, not at the first reply
             splits = load_bfcl(folder, self.categories, seed, test_fraction)
         else:
             if path is None:
@@ -100,8 +123,11 @@ class FunctionCallingEnv(SingleTurnEnv):
         except ToolCallFormatError as error:
             return Verdict(reward=0.0, success=False, feedback=str(error))
         if "ground_truth" in task.answer:
+            if self.checker == "official":
+                return official_verdict(calls, task.answer["ground_truth"], task.answer["functions"],
+                                        task.answer["category"])
             return verify_bfcl(calls, task.answer["ground_truth"], task.answer["functions"],
-                               lenient_strings=self.lenient_strings)
+                               lenient_strings=self.checker == "lenient")
         return verify_exact(calls, task.answer["calls"], task.answer["functions"])
 
     def solution(self, task: Task) -> str:
@@ -203,7 +229,7 @@ def _bfcl_tasks(category: str, questions: Path, answers: Path) -> list[Task]:
         functions, ground_truth = record.get("function"), gold.get(record["id"])
         if not isinstance(functions, list) or not isinstance(ground_truth, list) or not ground_truth:
             raise UserError(f"{where}: missing 'function' list or ground truth; reinstall bfcl-eval")
-        if not _solvable(ground_truth):
+        if _unsolvable(ground_truth, functions):
             continue
         turns = record.get("question")
         if not isinstance(turns, list) or len(turns) != 1 or not isinstance(turns[0], list):
@@ -218,18 +244,36 @@ def _bfcl_tasks(category: str, questions: Path, answers: Path) -> list[Task]:
         tasks.append(Task(
             id=str(record["id"]),
             prompt=_prompt(functions, question, context),
-            answer={"ground_truth": ground_truth, "functions": functions},
+            answer={"ground_truth": ground_truth, "functions": functions, "category": category},
             data={"source": "bfcl", "category": category, "source_id": record["id"], "question": question,
                   "reference_calls": [call.to_json() for call in reference]},
         ))
     return tasks
 
 
-def _solvable(ground_truth: list[Any]) -> bool:
-    """False when an argument has no acceptable value at all ([]), which no reply can pass (2 live_simple tasks)."""
-    return all(isinstance(entry, dict) and all(isinstance(spec, dict) and all(
-        isinstance(choices, list) and choices for choices in spec.values()) for spec in entry.values())
-        for entry in ground_truth)
+def _unsolvable(ground_truth: list[Any], functions: list[Any]) -> str | None:
+    """Why no sensible reply passes BFCL's checker on this task (see the module docstring), or None."""
+    schemas = {doc.get("name"): doc for doc in functions if isinstance(doc, dict)}
+    for entry in ground_truth:
+        if not isinstance(entry, dict) or not all(isinstance(spec, dict) and all(
+                isinstance(choices, list) for choices in spec.values()) for spec in entry.values()):
+            return "the ground truth is not [{function: {argument: [acceptable values]}}]"
+        for name, spec in entry.items():
+            if any(not choices for choices in spec.values()):
+                return f"an argument of {name} has no acceptable value"
+            if name not in schemas:
+                return f"the ground truth calls {name}, which the task does not list"
+            parameters = schemas[name].get("parameters") or {}
+            properties, required = parameters.get("properties") or {}, parameters.get("required") or []
+            for argument, choices in spec.items():
+                if argument not in properties and "" not in choices:
+                    return f"the ground truth requires '{argument}', which {name}'s schema does not list"
+            for argument in required:
+                if argument not in spec:
+                    return f"{name}'s schema requires '{argument}', which the ground truth does not list"
+                if all(choice == "" for choice in spec[argument]):
+                    return f"{name}'s schema requires '{argument}', which the ground truth wants left out"
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ xLAM

@@ -64,6 +64,7 @@ class MathDialogueEnv(Env):
     description = "Up to max_attempts answers to a single-turn task (default gsm), told after each wrong one why."
     action_format = "whole_reply"
     retry_from_pivot = False
+    steps_are_a_cost = False
     light = True
 
     def __init__(self, *, source: str = "gsm", source_args: Mapping[str, Any] | None = None, max_attempts: int = 3,

@@ -66,6 +66,7 @@ class ScienceWorldEnv(Env):
     name = "scienceworld"
     description = "ScienceWorld science experiments in a text world; test on held-out task types (needs Java)."
     deterministic = True
+    watch_prompt_copies = False
     system_prompt = SYSTEM_PROMPT.format(max_steps=30)
 
     def __init__(self, *, task_names: Sequence[str] | str | None = None, split: str = "paper",

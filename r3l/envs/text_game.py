@@ -95,6 +95,7 @@ class TextGameEnv(Env):
     """A multi-turn env over a game backend. Subclasses implement `_list_tasks`, `_start` and `_play`."""
 
     deterministic = True
+    watch_prompt_copies = False
     # how the feedback names rejected actions, and why a game can end without full score
     invalid_word: ClassVar[str] = "not valid"
     failure_cause: ClassVar[str] = ""

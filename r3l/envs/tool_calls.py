@@ -1,16 +1,28 @@
 """Tool calls written as JSON inside <tool_call></tool_call> tags: strict parsing, and two verifiers.
 
 `verify_exact` is the xLAM/APIGen rule R3 trains with: the calls, as a multiset of (name, arguments),
-equal the reference calls. `verify_bfcl` follows the Berkeley Function Calling Leaderboard's AST
-checker in spirit: every reference call is matched by a distinct call of the same function whose
-arguments are all known, whose required arguments are all there, and whose values are each one of
-the reference's acceptable values (an acceptable value "" marks the argument optional).
+equal the reference calls. `verify_bfcl` is r3l's own reading of BFCL's ground truth, the function_calling
+env's 'strict' and 'lenient' checkers (its default, 'official', is BFCL's own checker:
+`r3l.envs.bfcl_checker`): every reference call is matched by a distinct call of the same function whose
+arguments are all known, whose required arguments are all there, and whose values are each one of the
+reference's acceptable values (an acceptable value "" marks the argument optional).
 
 Values compare by JSON type and structure: 1 != "1", True != 1, lists in order, dicts by key. An int
 and a float are equal when numerically equal (1 == 1.0), since JSON writes both as numbers; a bool is
-never a number. BFCL alone adds that a float is wrong where the schema asks for an "integer".
-Strings compare exactly (BFCL: after stripping spaces at both ends); `lenient_strings=True` uses
-BFCL's own normalisation instead (case, spaces and ,./-_*^ ignored).
+never a number. `verify_bfcl` adds that a float is wrong where the schema asks for an "integer" (for a
+top-level value only). Strings compare exactly in `verify_exact`; `verify_bfcl` compares them after
+stripping spaces at both ends ('strict'), or with `lenient_strings=True` ('lenient') after BFCL's
+normalisation (case, spaces and ,./-_*^ ignored, ' read as ").
+
+Where `verify_bfcl` and BFCL's checker disagree (each difference is tested in tests/test_bfcl_official.py):
+- strings: strict counts case, inner spaces and punctuation ('LA' vs 'la'); BFCL and lenient do not;
+- BFCL requires every argument the function's schema requires, even one the ground truth marks optional;
+- BFCL checks the type of each array item (a float in an integer array fails); r3l compares by value;
+- BFCL rejects an argument the schema does not list even where the ground truth accepts it;
+- BFCL pairs parallel calls greedily, first fit in reply order; r3l finds a one-to-one matching if any;
+- BFCL compares strings inside a list inside a dict exactly, and a value whose ground truth has another
+  type than the schema (a variable name such as "data['sales']" for an array) exactly; r3l strips or
+  normalises those strings as any other.
 
 Model output is only ever parsed as JSON, never executed. Feedback is '; '-joined short clauses.
 """
@@ -232,7 +244,8 @@ def verify_exact(calls: Sequence[Call], gold_calls: Sequence[Call | Mapping[str,
 
 def verify_bfcl(calls: Sequence[Call], ground_truth: Sequence[Mapping[str, Mapping[str, list[Json]]]],
                 functions: Sequence[Mapping[str, Json]], *, lenient_strings: bool = False) -> Verdict:
-    """BFCL AST-style rule over `ground_truth` ([{function: {argument: [acceptable values]}}]), order-free."""
+    """r3l's BFCL rule over `ground_truth` ([{function: {argument: [acceptable values]}}]), order-free:
+    'strict' by default, 'lenient' with `lenient_strings`; how it differs from BFCL's checker: module docstring."""
     golds = [_gold_call(entry) for entry in ground_truth]
     schemas = {doc.get("name"): doc for doc in functions if isinstance(doc, Mapping)}
     strings = _bfcl_strings if lenient_strings else _stripped_strings
@@ -264,15 +277,21 @@ def verify_bfcl(calls: Sequence[Call], ground_truth: Sequence[Mapping[str, Mappi
 
 def bfcl_reference_calls(ground_truth: Sequence[Mapping[str, Mapping[str, list[Json]]]],
                          functions: Sequence[Mapping[str, Json]]) -> list[Call]:
-    """One answer BFCL accepts: the first acceptable value of every argument, optional ones left out."""
+    """One answer BFCL's checker accepts: the first acceptable value of every argument the ground truth
+    requires or the function's schema lists as required, other optional ones left out.
+
+    BFCL's checker rejects a call missing an argument its schema requires even where the ground truth
+    marks that argument optional ("" among its values; e.g. simple_python_17 'formatted': [true, ""]),
+    so those are given too."""
     schemas = {doc.get("name"): doc for doc in functions if isinstance(doc, Mapping)}
     calls = []
     for name, spec in map(_gold_call, ground_truth):
         properties = _properties(schemas.get(name))
+        required = set(_required(schemas.get(name)))
         arguments = {}
         for argument, choices in spec.items():
             acceptable = [choice for choice in choices if not _is_optional_marker(choice)]
-            if acceptable and not any(map(_is_optional_marker, choices)):
+            if acceptable and (argument in required or not any(map(_is_optional_marker, choices))):
                 schema = properties.get(argument) if isinstance(properties.get(argument), Mapping) else {}
                 arguments[argument] = _example(acceptable[0], schema)
         calls.append(Call(name, arguments))
@@ -290,6 +309,13 @@ def _properties(schema: Mapping[str, Json] | None) -> Mapping[str, Json]:
     parameters = (schema or {}).get("parameters")
     properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
     return properties if isinstance(properties, Mapping) else {}
+
+
+def _required(schema: Mapping[str, Json] | None) -> list[str]:
+    """The argument names the function's schema lists as required."""
+    parameters = (schema or {}).get("parameters")
+    required = parameters.get("required") if isinstance(parameters, Mapping) else None
+    return [name for name in required if isinstance(name, str)] if isinstance(required, list) else []
 
 
 def _is_optional_marker(choice: Json) -> bool:

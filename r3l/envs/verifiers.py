@@ -1,6 +1,11 @@
 """Named verifiers that grade a reply against a reference answer: 'math', 'exact', 'numeric'.
 
 Each is `verifier(completion, gold, *, reveal_answer=True) -> Verdict`; the reward is 1.0 or 0.0.
+
+Where the reference answer is a number, the answer must be a number written out (`parse_number_literal`):
+math-verify evaluates expressions, so it would reward a reply that restates the question ('2 + 5' for
+'Calculate 2 + 5.'). Symbolic reference answers ('x^2+1', '\\sqrt{2}/2') are compared by math-verify.
+docs/VERIFIERS.md lists where these verdicts differ from the scorers shipped with the data, and why.
 """
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from contextlib import contextmanager
 from fractions import Fraction
 from typing import Protocol
 
-from r3l.envs.answer import extract_final_number, extract_tagged, parse_number
+from r3l.envs.answer import extract_boxed, extract_final_number, extract_tagged, parse_number, parse_number_literal
 from r3l.envs.base import Verdict
 from r3l.registry import Registry
 
@@ -30,10 +35,16 @@ VERIFIERS: Registry[Verifier] = Registry("verifier")
 
 @VERIFIERS.register("math")
 def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, require_tags: bool = False) -> Verdict:
-    """The tagged answer, or without tags the whole reply, is mathematically equal to `gold`."""
+    """The tagged answer, or without tags the whole reply, is mathematically equal to `gold`; a number when
+    `gold` is one (without tags: the last \\boxed{} value, else the last number of the reply)."""
     answer = extract_tagged(completion)
     if answer is None and require_tags:
         return _failure(NO_ANSWER)
+    numeric_gold = gold_number(gold) is not None
+    if answer is None and numeric_gold:
+        answer = extract_boxed(completion) or extract_final_number(completion)
+        if answer is None:
+            return _failure(NO_ANSWER)
     if answer is None:
         correct = _math_verify(gold, completion[-WHOLE_REPLY_TAIL_CHARS:], answer_is_whole_reply=True)
         return _success() if correct else _failure(NO_ANSWER)
@@ -42,7 +53,11 @@ def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, requi
     if len(answer) > MAX_GRADED_CHARS:
         return _failure(f"the answer is {len(answer)} characters long; an answer is one value, at most "
                         f"{MAX_GRADED_CHARS} characters")
-    return _success() if answers_match(answer, gold) else _wrong(answer, gold, reveal_answer)
+    if answers_match(answer, gold):
+        return _success()
+    if numeric_gold and parse_number_literal(answer) is None:
+        return _failure(_not_a_number(answer))
+    return _wrong(answer, gold, reveal_answer)
 
 
 @VERIFIERS.register("exact")
@@ -57,7 +72,7 @@ def verify_exact(completion: str, gold: str, *, reveal_answer: bool = True) -> V
 @VERIFIERS.register("numeric")
 def verify_numeric(completion: str, gold: str, *, reveal_answer: bool = True) -> Verdict:
     """The tagged answer, or without tags the last number, is within 1e-6 (relative) of `gold`."""
-    expected = parse_number(str(gold))
+    expected = gold_number(gold)
     if expected is None:
         return _failure(f"the reference answer {_quote(gold)} is not a number; the 'numeric' verifier needs one")
     answer = extract_tagged(completion)
@@ -65,23 +80,26 @@ def verify_numeric(completion: str, gold: str, *, reveal_answer: bool = True) ->
         answer = extract_final_number(completion)
         if answer is None:
             return _failure(NO_ANSWER)
-    value = parse_number(answer)
+    value = parse_number_literal(answer)
     if value is None:
-        return _failure(f"answered {_quote(answer)}, which is not a number")
+        return _failure(_not_a_number(answer))
     close = abs(value - expected) <= NUMERIC_TOLERANCE * max(1, abs(expected))
     return _success() if close else _wrong(answer, gold, reveal_answer)
 
 
 def answers_match(answer: str, gold: str) -> bool:
-    """Exact numeric comparison when both are plain numbers, math-verify otherwise."""
-    gold = str(gold).strip()
-    answer_number, gold_number = parse_number(answer), parse_number(gold)
-    if answer_number is not None and gold_number is not None:
-        if answer_number == gold_number:
-            return True
-        if answer_number.denominator == 1 and gold_number.denominator == 1:
-            return False  # two different integers: no need for math-verify
-    return _math_verify(gold, answer)
+    """A numeric `gold` is matched only by the same number written out; a symbolic one by math-verify."""
+    expected = gold_number(gold)
+    if expected is not None:
+        return parse_number_literal(answer) == expected
+    return _math_verify(str(gold).strip(), answer)
+
+
+def gold_number(gold: str) -> Fraction | None:
+    """The reference answer as a number ('42', '1,234', '\\frac{1}{2}'), or None when it is symbolic."""
+    text = str(gold).strip()
+    value = parse_number(text)
+    return value if value is not None else parse_number_literal(text)
 
 
 class _OutOfTime(BaseException):
@@ -140,6 +158,10 @@ def _success() -> Verdict:
 
 def _failure(feedback: str) -> Verdict:
     return Verdict(reward=0.0, success=False, feedback=feedback)
+
+
+def _not_a_number(answer: str) -> str:
+    return f"answered {_quote(answer)}, which is not a number; give the final value alone"
 
 
 def _wrong(answer: str, gold: str, reveal_answer: bool) -> Verdict:

@@ -88,6 +88,7 @@ class R3Strategy(Strategy):
         metrics = {
             "reward": mean(e.reward for e in experiences),
             "second_try_success": mean(float(r.verdict.success) for r in retries),
+            "hack/prompt_copies": mean(float(r.verdict.success and r.copied_prompt) for r in retries),
             "reflection_length": mean(len(r.reflection.tokens) for r in retries),
             "response_length": mean(len(r.second.tokens) for r in retries),
             "zero_variance_groups": mean(float(len({r.verdict.success for r in g}) == 1) for g in groups),

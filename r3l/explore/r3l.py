@@ -18,7 +18,7 @@ from pydantic import Field
 
 from r3l.agent.credit import pivotal_mask, turns_only
 from r3l.agent.episodes import EpisodeStart, Trajectory, termination_metrics, trainable
-from r3l.agent.improvement import IMPROVEMENT_RULES
+from r3l.agent.improvement import IMPROVEMENT_RULES, retry_improved
 from r3l.agent.records import conversation_experience, episode_metrics, trajectory_experience
 from r3l.agent.retry_plan import choose_retries, split_budget
 from r3l.envs import Task
@@ -26,7 +26,7 @@ from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
 from r3l.reflection.guidance import build_guidance, load_guidance_template, load_reflect_template, reflection_prompt
-from r3l.reflection.report import Report, ReportError, ReportStats, needs_retry, parse_report
+from r3l.reflection.report import REPORT_PARSERS, Report, ReportError, ReportStats, needs_retry
 from r3l.reflection.report_schema import fitting_field_chars, report_constraint
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion
@@ -40,8 +40,8 @@ class R3LSettings(StrategySettings):
     distill_guidance: bool = Field(True, description="store the retry without the guidance text")
     aux_sft: bool = Field(True, description="train reflection and guided retry as SFT when the retry improved")
     improvement: Literal["reference", "any_gain"] = Field(
-        "reference", description="reference: the retry succeeds and beats its base (more reward or fewer steps); "
-        "any_gain: any reward gain counts")
+        "reference", description="reference: the retry succeeds and beats its base (more reward, or fewer steps "
+        "where steps are a cost: not in the math dialogue); any_gain: any reward gain counts")
     success_reward: float = Field(1.0, description="the reward at which an episode counts as a success")
     retries_per_base: int = Field(1, gt=0, description="retries one base episode may get")
     fill_unused_slots: Literal["none", "fresh"] = Field(
@@ -53,6 +53,9 @@ class R3LSettings(StrategySettings):
     reflect_on_success: bool = Field(True, description="also reflect on successful base episodes (may retry "
                                      "an inefficient success)")
     reflection_max_new_tokens: int = Field(4096, gt=0)
+    report_parser: Literal["r3l", "reference"] = Field(
+        "r3l", description="r3l: the last balanced JSON object, outcome in any case, non-empty text fields; "
+        "reference: the R3L code's reading (first '{' to last '}', exact outcome, any field values)")
     reflect_prompt: str | None = Field(None, description="text file replacing the reflection template")
     guidance_prompt: str | None = Field(None, description="text file replacing the guidance template "
                                         "(r3l/prompts/r3l_guidance_brief.txt: root cause and suggestion only)")
@@ -176,7 +179,8 @@ class R3LStrategy(Strategy):
         completions = c.generator.generate([prompt.tokens for prompt in prompts], params, n=1, constraints=constraints)
         for run, prompt, (completion,) in zip(chosen, prompts, completions):
             try:
-                result: Report | ReportError = parse_report(completion.text, run.episode.num_steps)
+                result: Report | ReportError = REPORT_PARSERS.get(s.report_parser)(completion.text,
+                                                                               run.episode.num_steps)
             except ReportError as error:
                 result = error
             run.reflection = Reflection(prompt, completion, result)
@@ -206,7 +210,8 @@ class R3LStrategy(Strategy):
                 lost[episode.termination] += 1
                 continue
             base = run.episode
-            better = self.improved(episode.reward, episode.num_steps, base.reward, base.num_steps, s.success_reward)
+            better = retry_improved(self.improved, (episode.reward, episode.num_steps), (base.reward, base.num_steps),
+                                    s.success_reward, self.runner.steps_are_a_cost)
             run.retries.append(Retry(start, episode, better))
         extra = [BaseRun(first.task, first.group, f"{first.run.rsplit('/', 1)[0]}/fill{n}", episode)
                  for (first, n), episode in zip(fills, played[len(chosen):])]

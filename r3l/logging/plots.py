@@ -55,6 +55,8 @@ PANELS: list[Panel] = [
           lambda k: k in ("valid_report_rate", "retry_success", "retry_improvement_rate", "pivot_relative_mean",
                           "pivot_zero_fraction", "retry_slots_unused")),
     Panel("termination", "how episodes ended", "share of episodes", lambda k: k.startswith("termination/")),
+    Panel("hack_watch", "reward-hacking watch: rewarded answers that copy the prompt", "share of episodes",
+          lambda k: k.endswith("hack/prompt_copies")),
     Panel("nonfinite", "non-finite updates (dropped)", "count", lambda k: k == "nonfinite_updates"),
 ]
 

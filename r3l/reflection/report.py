@@ -1,4 +1,9 @@
-"""R3L's structured reflection report: pull the last JSON object out of model text and validate it.
+"""R3L's structured reflection report: pull the JSON object out of model text and validate it, two ways.
+
+`r3l` (default): the last balanced JSON object (prose, code fences and a <think> block around it are
+fine); the outcome in any case; text fields non-empty strings; a pivot an integer or a digit string.
+`reference`: the R3L code's reading, the text from its first '{' to its last '}' as one object; the
+outcome exactly as written; text fields only present; a pivot an integer (docs/FIDELITY.md row 17).
 
 Bad model output is expected: every failure raises `ReportError` with one of `REASON_CODES`, which
 callers count (`ReportStats`) instead of crashing. Nothing here ever evaluates model text.
@@ -8,7 +13,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+from r3l.registry import Registry
 
 REPORT_KEYS = ("trajectory_summary", "root_cause_analysis", "trajectory_outcome",
                "improvement_suggestion", "retry_from_step")
@@ -154,6 +161,52 @@ def parse_report(text: str, num_steps: int) -> Report:
     if "retry_from_step" not in obj or obj["retry_from_step"] is None:
         raise ReportError("missing_key", "the report has no 'retry_from_step'")
     return Report(summary, root_cause, outcome, suggestion, _step(obj["retry_from_step"], num_steps))
+
+
+def parse_report_reference(text: str, num_steps: int) -> Report:
+    """The R3L code's reading (`get_reflect` and `validate_reflect_report`). Its check lets a float (2.0), a
+    digit string and True through as the pivot, and its retry then fails on the raw value (caught, no retry),
+    so here they are `bad_step` at once."""
+    if not isinstance(text, str):
+        raise ReportError("no_json", f"expected text, got {type(text).__name__}")
+    if len(text) > MAX_CHARS:
+        raise ReportError("too_long", f"reflection is {len(text)} characters, the limit is {MAX_CHARS}")
+    first, last = text.find("{"), text.rfind("}")
+    body = text[first:last + 1] if 0 <= first < last else text
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ReportError("invalid_json" if "{" in text else "no_json", "no JSON object from the first '{' to "
+                          "the last '}'") from None
+    if not isinstance(obj, dict):
+        raise ReportError("not_object", f"expected a JSON object, got a JSON {type(obj).__name__}")
+    for key in REQUIRED_KEYS:
+        if key not in obj:
+            raise ReportError("missing_key", f"the report has no {key!r}")
+    summary, root_cause = _as_text(obj["trajectory_summary"]), _as_text(obj["root_cause_analysis"])
+    outcome, suggestion = obj["trajectory_outcome"], obj.get("improvement_suggestion")
+    if outcome == "success":
+        return Report(summary, root_cause, "success", None if suggestion is None else _as_text(suggestion), None)
+    if outcome not in OUTCOMES:
+        raise ReportError("bad_outcome", f"trajectory_outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+    step = obj.get("retry_from_step")
+    if suggestion is None or step is None:
+        raise ReportError("missing_key", "a report that asks for a retry needs improvement_suggestion and "
+                          "retry_from_step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise ReportError("bad_step", f"retry_from_step must be an integer, got {step!r}")
+    if not 0 <= step < num_steps:
+        raise ReportError("bad_step", f"retry_from_step {step} is outside [0, {num_steps})")
+    return Report(summary, root_cause, outcome, _as_text(suggestion), step)
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+REPORT_PARSERS: Registry[Callable[[str, int], Report]] = Registry("report parser")
+REPORT_PARSERS.register("r3l")(parse_report)
+REPORT_PARSERS.register("reference")(parse_report_reference)
 
 
 def needs_retry(report: Report) -> bool:

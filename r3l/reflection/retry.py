@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, Trajectory
+from r3l.agent.prompt_copy import watched_copy
 from r3l.envs import Env, Task, Verdict, judge
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.rollout.chat import PromptFormat
@@ -18,6 +19,7 @@ class Attempt:
     conversation: TokenConversation  # ends with the attempt's assistant turn
     completion: Completion
     verdict: Verdict
+    copied_prompt: bool = False  # the attempt's answer copies an expression of the prompt
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Retry:
     second: Completion
     second_span: tuple[int, int]
     verdict: Verdict
+    copied_prompt: bool = False  # the second attempt's answer copies an expression of the prompt
 
 
 def start_conversation(task: Task, env: Env, tokenizer, prompt_format: PromptFormat) -> TokenConversation:
@@ -42,7 +45,7 @@ def as_attempt(trajectory: Trajectory) -> Attempt:
     conversation = trajectory.conversation
     conversation.mask_turns(range(len(conversation.turn_spans)), trained=False)
     verdict = Verdict(trajectory.reward, trajectory.success, trajectory.feedback)
-    return Attempt(trajectory.task, conversation, trajectory.steps[0].completion, verdict)
+    return Attempt(trajectory.task, conversation, trajectory.steps[0].completion, verdict, trajectory.copied_prompt)
 
 
 def first_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
@@ -87,5 +90,6 @@ def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], 
         second_span = conversation.add_assistant(second, trained=train_second_attempt)
         verdict = judge(env, failure.task, second.text)
         results[position[id(failure)]].append(
-            Retry(failure, conversation, reflection, span, second, second_span, verdict))
+            Retry(failure, conversation, reflection, span, second, second_span, verdict,
+                  watched_copy(env, failure.task.prompt, second.text)))
     return results
