@@ -135,3 +135,9 @@ def test_bad_advantage_settings_are_one_line_before_the_run():
         checked_advantages("opmd", {"singleton": "nope"})
     with pytest.raises(UserError, match="bad algorithm.advantage_args for 'raft'"):
         checked_advantages("raft", {"alpha": 2})
+
+
+def test_group_spread():
+    from r3l.algorithms.advantages import group_spread
+
+    close(group_spread(torch.tensor(MIXED_R), torch.tensor(MIXED_G)), [3.0, 4.0, 3.0, 3.0, 4.0])

@@ -55,10 +55,10 @@ def group_spread(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """max - min of each element's group, broadcast back to shape [N]."""
     values = _check(values, group_ids)
     index, counts = _group_index(group_ids)
-    def extreme(reduce: str) -> torch.Tensor:
-        start = torch.full((counts.numel(),), float("-inf") if reduce == "amax" else float("inf"), dtype=values.dtype)
-        return start.scatter_reduce(0, index, values, reduce=reduce)
-    return (extreme("amax") - extreme("amin"))[index]
+    empty = torch.zeros(counts.numel(), dtype=values.dtype, device=values.device)
+    highest = empty.scatter_reduce(0, index, values, reduce="amax", include_self=False)
+    lowest = empty.scatter_reduce(0, index, values, reduce="amin", include_self=False)
+    return (highest - lowest)[index]
 
 
 SINGLETON_RULES = ("zero", "reward")
