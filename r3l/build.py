@@ -14,6 +14,7 @@ from r3l.envs import Env, env_class, make
 from r3l.errors import UserError
 from r3l.explore import ExploreContext, Strategy, make_strategy
 from r3l.rollout.chat import PromptFormat
+from r3l.models.precision import native_bf16
 from r3l.registry import import_submodules
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
 
@@ -77,6 +78,20 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def generator_dtype(config: Config) -> str:
+    """generator.dtype, with 'auto' resolved for the device the model runs on."""
+    if config.generator.dtype != "auto":
+        return config.generator.dtype
+    return "bfloat16" if native_bf16(resolve_device(config.model.device)) else "float32"
+
+
+def autocast_bf16(config: Config) -> bool:
+    """model.autocast_bf16, with 'auto' resolved for the device the model runs on."""
+    if config.model.autocast_bf16 != "auto":
+        return bool(config.model.autocast_bf16)
+    return native_bf16(resolve_device(config.model.device))
+
+
 def make_generator(config: Config, model, tokenizer) -> Generator:
     import_submodules(*GENERATOR_PACKAGES)
     g = config.generator
@@ -88,7 +103,7 @@ def make_generator(config: Config, model, tokenizer) -> Generator:
         if name not in accepted and value != type(g).model_fields[name].default:
             raise UserError(f"generator '{g.name}' has no setting generator.{name}; remove it (or choose the "
                             "generator it belongs to: r3l config shows each setting's generator)")
-    settings["dtype"] = DTYPES[g.dtype]
+    settings["dtype"] = DTYPES[generator_dtype(config)]
     return cls(model, tokenizer, **{name: value for name, value in settings.items() if name in accepted})
 
 

@@ -33,7 +33,9 @@ class ModelConfig(Section):
     name: str = "smollm2-135m-instruct"
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = Field("auto", description="auto (cuda when available, else cpu), cpu, cuda, cuda:N")
-    autocast_bf16: bool = True
+    autocast_bf16: bool | Literal["auto"] = Field(
+        "auto", description="train under bf16 autocast (fp32 master weights); auto: where bf16 is native (a GPU, "
+        "a CPU with AVX512-BF16 or AMX), else fp32")
     gradient_checkpointing: bool = False
     lora: LoraConfig = LoraConfig()
     _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
@@ -54,7 +56,9 @@ class EnvConfig(Section):
 
 class GeneratorConfig(Section):
     name: str = "hf"
-    dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="generation dtype; auto: bfloat16 where bf16 is native (a GPU, a CPU with AVX512-BF16 "
+        "or AMX), else float32")
     prefill_chunk: int = Field(64, gt=0, description="hf: prompts prefilled together")
     decode: Literal["dynamic", "static", "compiled"] = Field(
         "dynamic", description="hf: KV cache of the decode loop: dynamic (drops finished rows), static "

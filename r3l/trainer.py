@@ -16,7 +16,7 @@ import torch
 
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
-from r3l.build import agent_limits, build_parts, eval_params, reflection_prompts
+from r3l.build import agent_limits, autocast_bf16, build_parts, eval_params, reflection_prompts
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
 from r3l.evaluate import held_out_evaluation, r3_table
@@ -92,7 +92,7 @@ def trainable_policy(config: Config, model):
 
 def make_learner(config: Config, model, tokenizer, ref_model, ranks=None) -> Learner:
     return Learner(model, tokenizer, config.algorithm, config.train, temperature=config.sampling.temperature,
-                   autocast_bf16=config.model.autocast_bf16, ref_model=ref_model, total_steps=config.train.steps,
+                   autocast_bf16=autocast_bf16(config), ref_model=ref_model, total_steps=config.train.steps,
                    gradient_checkpointing=config.model.gradient_checkpointing, ranks=ranks)
 
 

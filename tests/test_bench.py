@@ -106,13 +106,15 @@ def test_equal_work_check():
 
 
 def test_trl_settings_match_ours_and_refuse_what_trl_cannot_run(tmp_path):
-    config = load_config(None, [])
+    config = load_config(None, ["model.autocast_bf16=true", "generator.dtype=bfloat16"])
     assert trl_mismatches(config) == []
+    assert trl_mismatches(load_config(None, [])) == []  # auto: both bf16, or both fp32, for this machine
     settings = grpo_settings(config, steps=7, output_dir=tmp_path, device_type="cpu")
     assert settings["per_device_train_batch_size"] * settings["gradient_accumulation_steps"] == 64
     assert (settings["num_generations"], settings["max_completion_length"], settings["beta"]) == (8, 24, 0.0)
     assert settings["bf16"] and settings["max_steps"] == 7 and not settings["gradient_checkpointing"]
-    bad = load_config(None, ["algorithm.kl_coef=0.1", "train.micro_batch_size=24", "generator.dtype=float32"])
+    bad = load_config(None, ["algorithm.kl_coef=0.1", "train.micro_batch_size=24", "generator.dtype=float32",
+                             "model.autocast_bf16=true"])
     problems = trl_mismatches(bad)
     assert len(problems) == 3 and "kl_coef" in problems[0] and "micro_batch_size=24" in problems[1]
 
@@ -239,7 +241,8 @@ def test_bench_refuses_a_model_that_cannot_sample_in_one_line(tiny, tmp_path):
         broken.get_output_embeddings().weight[0, 0] = float("nan")
     broken.save_pretrained(tmp_path / "nan-model")
     tokenizer.save_pretrained(tmp_path / "nan-model")
-    config = load_config(None, [*TINY_BENCH, f"model={tmp_path / 'nan-model'}", f"run.dir={tmp_path}"])
+    config = load_config(None, [*TINY_BENCH, f"model={tmp_path / 'nan-model'}", f"run.dir={tmp_path}",
+                                "generator.dtype=bfloat16", "model.autocast_bf16=true"])
     with pytest.raises(UserError, match="non-finite next-token logits in bfloat16 .* no side can sample"):
         run_bench(config, vs="trl", out=tmp_path / "b", sections="side_by_side")
 

@@ -9,7 +9,7 @@ import torch
 from r3l.bench.flops import ModelShape, decode_bytes, decode_flops, training_flops, utilization
 from r3l.bench.machine import copy_bandwidth, gemm_peak
 from r3l.bench.registry import BenchContext, SectionResult, section
-from r3l.build import resolve_device
+from r3l.build import generator_dtype, resolve_device
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 DECODE_COUNTS = {"hf": "counted step by step by the decode loop; decode time is the token loop after prefill",
@@ -24,7 +24,7 @@ def limits(ctx: BenchContext) -> SectionResult:
     dtype = measured.data["settings"]["dtype"] or "float32"
     peak = gemm_peak(DTYPES[dtype], device)
     bandwidth = copy_bandwidth(device)
-    generator_bytes = DTYPES[ctx.config.generator.dtype].itemsize
+    generator_bytes = DTYPES[generator_dtype(ctx.config)].itemsize
     data, details = efficiency(measured.data["model_shape"], measured.details["steps"], peak["flops_per_s"],
                                bandwidth["bytes_per_s"], generator_bytes)
     data.update({"gemm_peak": peak, "copy_bandwidth": bandwidth, "device": str(device),

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from r3l.bench.records import StepRecord
+from r3l.build import generator_dtype
 from r3l.config import Config
 from r3l.errors import UserError
 from r3l.envs import Task
@@ -58,7 +59,7 @@ class OursRunner:
                 logits = model(input_ids=torch.tensor([ids], device=device), logits_to_keep=1).logits
                 if not bool(torch.isfinite(logits).all()):
                     raise UserError(f"model '{self.config.model.name}' gives non-finite next-token logits in "
-                                    f"{self.config.generator.dtype} on the bench's first prompt, so no side can "
+                                    f"{generator_dtype(self.config)} on the bench's first prompt, so no side can "
                                     "sample from it; use a trained model or generator.dtype=float32")
 
     def step(self) -> StepRecord:

@@ -49,9 +49,12 @@ def trl_mismatches(config: Config) -> list[str]:
 
 def bench_dtype(config: Config) -> str | None:
     """'bfloat16' or 'float32', the compute dtype of both learner and generator; None when they differ."""
-    if config.model.autocast_bf16 and config.generator.dtype == "bfloat16":
+    from r3l.build import autocast_bf16, generator_dtype
+
+    learner_bf16, generator = autocast_bf16(config), generator_dtype(config)
+    if learner_bf16 and generator == "bfloat16":
         return "bfloat16"
-    if not config.model.autocast_bf16 and config.generator.dtype == "float32":
+    if not learner_bf16 and generator == "float32":
         return "float32"
     return None
 

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from r3l.build import generator_dtype
 from r3l.config import Config
 from r3l.distributed.rollout_worker import RolloutWorker
 from r3l.distributed.sharding import contiguous_shards, merge_shard_metrics
@@ -39,7 +40,7 @@ class RolloutPool:
             raise UserError("distributed.weight_sync=broadcast cannot take in a replacement worker (its process "
                             "group is fixed); use on_worker_failure=fail or weight_sync=object_store")
         self._config = config.model_dump(mode="json")
-        self._dtype = getattr(torch, config.generator.dtype)
+        self._dtype = getattr(torch, generator_dtype(config))
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
             local = self.settings.ray_address is None
