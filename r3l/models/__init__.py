@@ -13,7 +13,7 @@ from r3l.registry import Registry
 ModelLoader = Callable[[torch.dtype], tuple["torch.nn.Module", object]]
 ALIASES: Registry[ModelLoader] = Registry("model alias")
 
-from r3l.models import embedded, random_shape, tiny  # noqa: E402,F401  (register the aliases)
+from r3l.models import chunked_gguf, embedded, random_shape, tiny  # noqa: E402,F401  (register the aliases)
 
 
 def resolve_local_path(name: str) -> Path | None:

