@@ -40,7 +40,8 @@ def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, requi
     answer = extract_tagged(completion)
     if answer is None and require_tags:
         return _failure(NO_ANSWER)
-    numeric_gold = gold_number(gold) is not None
+    expected = gold_number(gold)
+    numeric_gold = expected is not None
     if answer is None and numeric_gold:
         answer = extract_boxed(completion) or extract_final_number(completion)
         if answer is None:
@@ -53,11 +54,12 @@ def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, requi
     if len(answer) > MAX_GRADED_CHARS:
         return _failure(f"the answer is {len(answer)} characters long; an answer is one value, at most "
                         f"{MAX_GRADED_CHARS} characters")
-    if answers_match(answer, gold):
-        return _success()
-    if numeric_gold and parse_number_literal(answer) is None:
-        return _failure(_not_a_number(answer))
-    return _wrong(answer, gold, reveal_answer)
+    if numeric_gold:
+        value = parse_number_literal(answer)
+        if value is None:
+            return _failure(_not_a_number(answer))
+        return _success() if value == expected else _wrong(answer, gold, reveal_answer)
+    return _success() if _math_verify(str(gold).strip(), answer) else _wrong(answer, gold, reveal_answer)
 
 
 @VERIFIERS.register("exact")
