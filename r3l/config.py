@@ -333,13 +333,45 @@ def format_validation_error(error: ValidationError) -> str:
 
 
 DEFAULT_PRESET = "default"
+SECTIONS_WITH_SHORTHAND = ("model", "env", "generator", "algorithm")
+
+
+def merge_trees(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, section by section (a `model: NAME` shorthand counts as `model: {name: NAME}`)."""
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if key in SECTIONS_WITH_SHORTHAND:
+            below, value = _name_shorthand(below), _name_shorthand(value)
+        merged[key] = merge_trees(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def model_preset(name: Any) -> dict[str, Any]:
+    """Settings a built-in model needs besides the shared defaults (r3l/presets/models/ALIAS.yaml), or {}."""
+    path = PRESET_DIR / "models" / f"{name}.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if isinstance(name, str) and path.is_file() else {}
+
+
+def chosen_model(tree: dict[str, Any]) -> Any:
+    return _name_shorthand(tree.get("model") or {}).get("name", ModelConfig().name)
 
 
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Validate CONFIG (default: the `default` preset) with dotted overrides applied in order."""
-    tree = read_yaml(resolve_config_path(path or DEFAULT_PRESET))
+    """Validate CONFIG (default: the `default` preset) with dotted overrides applied in order. A built-in
+    model's preset (r3l/presets/models/) lies over the shipped presets but under a config file of the user's:
+    `r3l train model=ALIAS` gets the model's learning rate, a file or an override that sets one keeps its own."""
+    file = resolve_config_path(path or DEFAULT_PRESET)
+    written = read_yaml(file)
+    tree = merge_trees({}, written)
     for override in overrides:
         apply_override(tree, *parse_override(override))
+    preset = model_preset(chosen_model(tree))
+    if preset:
+        shipped = file.resolve().parent == PRESET_DIR.resolve()
+        tree = merge_trees(written, preset) if shipped else merge_trees(preset, written)
+        for override in overrides:
+            apply_override(tree, *parse_override(override))
     try:
         return Config.model_validate(tree)
     except ValidationError as error:

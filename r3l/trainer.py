@@ -25,6 +25,7 @@ from r3l.experience import write_jsonl
 from r3l.faults import failpoint
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
 from r3l.learner.learner import Learner, apply_lora
+from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import memory_metrics, release_free_memory
@@ -127,6 +128,7 @@ class Trainer:
         self.task_builds = state.get("task_builds", 0)
         self.sampler = self._make_sampler()
         self.model, ref_model = trainable_policy(config, self.parts.model)
+        self.relative_step = self._check_step_size()
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
 
@@ -149,6 +151,17 @@ class Trainer:
                 self.rollout_pool.sync_weights(weights)
         # only once everything fits: a resume that fails (another model, a damaged file) keeps the run's config
         (self.run_dir / "config.yaml").write_text(dump_config(config))
+
+    def _check_step_size(self) -> float | None:
+        """lr against the size of the weights under full fine-tuning, with a warning when it is a step that
+        collapsed models here (a LoRA adapter starts at zero, so the measure does not apply to it)."""
+        if self.config.model.lora.enabled:
+            return None
+        weight_rms = median_weight_rms(self.model)
+        warning = step_size_warning(self.config.train.lr, weight_rms)
+        if warning:
+            console.print(f"[yellow]warning: {warning}[/]")
+        return relative_step(self.config.train.lr, weight_rms) if weight_rms else None
 
     def _make_sampler(self) -> TaskSampler:
         tasks = self.parts.strategy.training_tasks(self.train_tasks, self.run_dir, build=self.task_builds)
@@ -296,7 +309,7 @@ class Trainer:
             logger.close()
             self.close()
         summary = {"run_dir": str(self.run_dir), "step": self.step,
-                   "wall_seconds_this_session": time.perf_counter() - started,
+                   "wall_seconds_this_session": time.perf_counter() - started, "relative_step": self.relative_step,
                    "eval_before": self.history.get("eval_before"), "eval_after": self.history.get("eval_after")}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         return summary
