@@ -47,6 +47,12 @@ def test_rollout_line_shows_the_r3_structure(tmp_path):
         assert len({json.dumps(m["meta"]["first_attempt"]) for m in members}) == 1  # one failure per group
         assert abs(sum(m["advantage"] for m in members)) < 1e-5
     assert {r["meta"]["second_attempt_success"] for r in dumped} == {True, False}
+    from r3l.models import load_policy
+
+    conversation = load_policy("tiny-random")[1].decode(dumped[0]["tokens"])
+    first_turn, retry_turn = conversation.split("Now try again, using your reflection.")
+    task = first_turn.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+    assert "create an equation" in task and task in retry_turn  # the second try is asked as the first was
 
 
 def test_r3_training_dumps_reflection_only_masks_and_the_table(tmp_path):
@@ -99,6 +105,14 @@ def test_reflection_prompts(tmp_path):
     assert ReflectionPrompts.load(str(custom), include_feedback=True).reflect_message("x") == "Think about it. x"
     with pytest.raises(UserError, match="does not exist"):
         ReflectionPrompts.load(str(tmp_path / "missing.txt"))
+
+
+def test_the_retry_message_restates_the_format_and_the_task():
+    prompts = ReflectionPrompts.load()
+    assert prompts.retry_message("Calculate 2 + 3.", "Answer inside <answer></answer> tags.") == (
+        "Now try again, using your reflection. Answer inside <answer></answer> tags.\n\nCalculate 2 + 3.")
+    assert prompts.retry_message("Calculate 2 + 3.") == "Now try again, using your reflection.\n\nCalculate 2 + 3."
+    assert "Do not give the answer yet" in prompts.reflect_message("")
 
 
 def test_unknown_strategy_setting_is_a_one_line_error():

@@ -21,7 +21,9 @@ def read_template(path: str | None, default_name: str) -> str:
 
 @dataclass(frozen=True)
 class ReflectionPrompts:
-    """`reflect` may contain {feedback}; it is filled with " <verifier feedback>" or left empty."""
+    """`reflect` may contain {feedback}; it is filled with " <verifier feedback>" or left empty. `retry` may
+    contain {system} (the conversation's system message, which states the answer format; empty without one)
+    and {task} (the task's first message again), so that the second try is asked as the first was."""
 
     reflect: str
     retry: str
@@ -32,6 +34,10 @@ class ReflectionPrompts:
              include_feedback: bool = False) -> "ReflectionPrompts":
         return cls(read_template(reflect_path, "r3_reflect.txt"), read_template(retry_path, "r3_retry.txt"),
                    include_feedback)
+
+    def retry_message(self, task_message: str, system_message: str | None = None) -> str:
+        text = self.retry.replace("{system}", (system_message or "").strip()).replace("{task}", task_message.strip())
+        return "\n".join(line.rstrip() for line in text.splitlines()).strip()
 
     def reflect_message(self, feedback: str) -> str:
         detail = f" {feedback.strip()}" if self.include_feedback and feedback.strip() else ""

@@ -57,12 +57,18 @@ def first_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator
     return [[as_attempt(trajectory) for trajectory in played[i * n:(i + 1) * n]] for i in range(len(tasks))]
 
 
+def system_message(conversation: TokenConversation) -> str | None:
+    first = conversation.messages[0] if conversation.messages else None
+    return first["content"] if first and first["role"] == "system" else None
+
+
 def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], generator: Generator,
                       prompts: ReflectionPrompts, reflect_params: SamplingParams, retry_params: SamplingParams,
                       n_reflections: int, train_second_attempt: bool = False,
                       limits: AgentLimits = AgentLimits()) -> list[list[Retry]]:
     """`n_reflections` reflections per failure, each followed by one second attempt (under the environment's
     reply grammar when `limits.structured` is set; reflections are free text)."""
+    env = make_env()
     asking = []
     for failure in failures:
         conversation = failure.conversation.copy()
@@ -71,12 +77,12 @@ def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], 
     reflections = generator.generate([c.tokens for c in asking], reflect_params, n=n_reflections)
     pending = []
     for failure, conversation, group in zip(failures, asking, reflections):
+        retry_message = prompts.retry_message(env.reset(failure.task), system_message(failure.conversation))
         for reflection in group:
             retry = conversation.copy()
             span = retry.add_assistant(reflection, trained=True)
-            retry.add_user(prompts.retry)
+            retry.add_user(retry_message)
             pending.append((failure, retry, reflection, span))
-    env = make_env()
     constraints = None
     if limits.structured is not None:
         constraints = []
