@@ -57,7 +57,7 @@ def main() -> None:
     model, out = sys.argv[1], Path(sys.argv[2])
     labels = [a for a in sys.argv[3:] if "=" not in a] or list(CANDIDATES)
     extra = [a for a in sys.argv[3:] if "=" in a]  # key=value overrides for every setting
-    size = 50
+    size = 40
     rows = []
     print("| setting | tasks | 1st try | 2nd try | failures recovered | reflections refusing | seconds |")
     print("|---|---|---|---|---|---|---|")

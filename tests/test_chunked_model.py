@@ -10,7 +10,9 @@ import torch
 
 from r3l.errors import UserError
 from r3l.models import ALIASES, load_pretrained
-from r3l.models.chunked_gguf import QWEN_CODER, SOURCE_FILE, Chunk, ChunkedModel, assemble, ensure_converted
+from r3l.models.chunked_gguf import (QWEN_CODER, SOURCE_FILE, Chunk, ChunkedModel, add_stop_tokens, assemble,
+                                     ensure_converted)
+from r3l.rollout.hf import stop_token_ids
 from tests.helpers.synthetic_gguf import write_synthetic_gguf
 
 
@@ -59,6 +61,17 @@ def test_the_assembled_model_converts_and_loads_with_untied_output(chunked):
     assert ensure_converted(model, locate) == target  # converted once
 
 
+def test_extra_stop_tokens_reach_the_generator(chunked):
+    model, locate, _ = chunked
+    policy, tokenizer = load_pretrained(str(ensure_converted(model, locate)), torch.float32, local_only=True)
+    assert stop_token_ids(policy, tokenizer) == {tokenizer.eos_token_id}
+    add_stop_tokens(policy, tokenizer, ["<|endoftext|>", "<|endoftext|>"])
+    extra = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert extra != tokenizer.eos_token_id
+    assert policy.generation_config.eos_token_id == [tokenizer.eos_token_id, extra]
+    assert stop_token_ids(policy, tokenizer) == {tokenizer.eos_token_id, extra}
+
+
 def test_a_changed_chunk_is_refused_in_one_line_before_and_after_conversion(chunked):
     model, locate, _ = chunked
     second = locate(model.chunks[1])
@@ -94,6 +107,7 @@ def test_the_real_qwen_model_loads_untied_and_answers():
 
     policy, tokenizer = load_policy(QWEN_CODER.alias)
     assert sum(p.numel() for p in policy.parameters()) == 630_167_424 and not policy.config.tie_word_embeddings
+    assert policy.generation_config.eos_token_id == [151645, 151643]  # <|im_end|>, and <|endoftext|> as upstream
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Calculate 2 + 5. Answer with the number."}],
                                            add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():

