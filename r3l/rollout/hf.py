@@ -46,7 +46,6 @@ def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
     return tokens.clamp_(max=probs.shape[-1] - 1).squeeze(-1)
 
 
-@GENERATORS.register("hf")
 def stop_token_ids(model, tokenizer) -> set[int]:
     """The tokenizer's end-of-sequence and every one the model's generation config lists (Qwen2.5 ends on
     <|endoftext|> as on <|im_end|>)."""
@@ -55,6 +54,7 @@ def stop_token_ids(model, tokenizer) -> set[int]:
     return {token for token in (tokenizer.eos_token_id, *listed) if token is not None}
 
 
+@GENERATORS.register("hf")
 class HFGenerator(Generator):
     """Samples from its own copy of the policy, in `dtype` (bf16 is fastest on CPUs with AMX/AVX512-BF16)."""
 
