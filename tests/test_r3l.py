@@ -90,6 +90,13 @@ def test_the_r3l_rollout_line_on_textworld_express(tmp_path):
     assert sum(v for k, v in metrics.items() if k.startswith("pivot_count/")) == len(retries)
     shown = result.stdout + result.stderr
     assert "reflection report" in shown and "pivot=" in shown and "guidance" in shown
+    from r3l.models import load_policy
+
+    tokenizer = load_policy("tiny-random")[1]
+    reflections = [r for r in sft if r["meta"]["sft_of"] in ("reflection", "success_reflection")]
+    for record in reflections:  # the reflection read the environment's verdict on the episode it judged
+        verdict = "success" if record["meta"]["sft_of"] == "success_reflection" else "failure"
+        assert f"Verdict of the environment: {verdict} (reward" in tokenizer.decode(record["tokens"])
 
 
 def test_r3l_without_pivotal_credit_leaves_masks_whole(tmp_path):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from r3l.reflection.guidance import (build_guidance, format_trajectory_log, load_guidance_template,
+from r3l.reflection.guidance import (build_guidance, environment_verdict, format_trajectory_log, load_guidance_template,
                                      load_reflect_template, reflection_prompt)
 from r3l.reflection.report import (MAX_CHARS, OUTCOMES, REASON_CODES, REPORT_KEYS, Report, ReportError,
                                    ReportStats, extract_json_object, needs_retry, parse_report)
@@ -180,6 +180,9 @@ def test_trajectory_log_format():
         "Final feedback: Task failed: no apple in hand.")
     assert format_trajectory_log(STEPS[:1], "ok", "Pick up the apple.").startswith(
         "Rules: Pick up the apple.\n\nStep 0\n")
+    assert format_trajectory_log(STEPS[:1], "Task failed.", verdict=environment_verdict(False, 0.0)).endswith(
+        "Final feedback: Task failed.\n\nVerdict of the environment: failure (reward 0)")
+    assert environment_verdict(True, 0.5) == "success (reward 0.5)"
 
 
 def test_reflection_prompt_fills_the_template():

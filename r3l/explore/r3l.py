@@ -25,7 +25,8 @@ from r3l.envs import Task
 from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
-from r3l.reflection.guidance import build_guidance, load_guidance_template, load_reflect_template, reflection_prompt
+from r3l.reflection.guidance import (build_guidance, environment_verdict, load_guidance_template, load_reflect_template,
+                                    reflection_prompt)
 from r3l.reflection.report import REPORT_PARSERS, Report, ReportError, ReportStats, needs_retry
 from r3l.reflection.report_schema import fitting_field_chars, report_constraint
 from r3l.rollout.conversation import TokenConversation
@@ -56,6 +57,8 @@ class R3LSettings(StrategySettings):
     report_parser: Literal["r3l", "reference"] = Field(
         "r3l", description="r3l: the last balanced JSON object, outcome in any case, non-empty text fields; "
         "reference: the R3L code's reading (first '{' to last '}', exact outcome, any field values)")
+    show_verdict: bool = Field(True, description="end the log the reflection reads with the environment's verdict "
+                               "(success or failure, and the reward), so the report judges the outcome it was shown")
     reflect_prompt: str | None = Field(None, description="text file replacing the reflection template")
     guidance_prompt: str | None = Field(None, description="text file replacing the guidance template "
                                         "(r3l/prompts/r3l_guidance_brief.txt: root cause and suggestion only)")
@@ -170,7 +173,9 @@ class R3LStrategy(Strategy):
         if not chosen:
             return
         prompts = [TokenConversation.start(c.tokenizer, [{"role": "user", "content": reflection_prompt(
-            step_log(run.episode), run.episode.feedback, rules, self.reflect_template)}]) for run in chosen]
+            step_log(run.episode), run.episode.feedback, rules, self.reflect_template,
+            verdict=environment_verdict(run.episode.success, run.episode.reward) if s.show_verdict else None)}])
+            for run in chosen]
         params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, stop=(), seed=seed)
         constraints = None if c.report_field_chars is None else [
             report_constraint(run.episode.num_steps, fitting_field_chars(c.report_field_chars,

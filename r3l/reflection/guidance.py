@@ -33,9 +33,14 @@ def _fill(template: str, **values: str) -> str:
     return template
 
 
+def environment_verdict(success: bool, reward: float) -> str:
+    return f"{'success' if success else 'failure'} (reward {reward:g})"
+
+
 def format_trajectory_log(steps: Sequence[tuple[str, str | None, str]], final_feedback: str,
-                          rules: str = "") -> str:
-    """Readable log of an episode: one block per (observation, thought, action) step, then the feedback.
+                          rules: str = "", verdict: str | None = None) -> str:
+    """Readable log of an episode: one block per (observation, thought, action) step, then the feedback and,
+    when given, the environment's verdict.
 
     A step without a thought has no Thought line. `rules`, when given, heads the log; leave it empty
     when the rules go into the reflection prompt's own {rules} slot (`reflection_prompt` does that).
@@ -48,14 +53,16 @@ def format_trajectory_log(steps: Sequence[tuple[str, str | None, str]], final_fe
         lines.append(f"Action: {str(action).strip()}")
         blocks.append("\n".join(lines))
     blocks.append(f"Final feedback: {final_feedback.strip()}")
+    if verdict:
+        blocks.append(f"Verdict of the environment: {verdict}")
     return "\n\n".join(blocks)
 
 
 def reflection_prompt(steps: Sequence[tuple[str, str | None, str]], final_feedback: str, rules: str,
-                      template: str | None = None) -> str:
+                      template: str | None = None, verdict: str | None = None) -> str:
     """The user message asking for a JSON report on this trajectory (template text, or the default)."""
     template = load_reflect_template() if template is None else template
-    return _fill(template, rules=rules.strip(), log=format_trajectory_log(steps, final_feedback),
+    return _fill(template, rules=rules.strip(), log=format_trajectory_log(steps, final_feedback, verdict=verdict),
                  num_steps=str(len(steps)))
 
 
