@@ -128,7 +128,6 @@ class Trainer:
         self.task_builds = state.get("task_builds", 0)
         self.sampler = self._make_sampler()
         self.model, ref_model = trainable_policy(config, self.parts.model)
-        self.relative_step = self._check_step_size()
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
 
@@ -151,6 +150,7 @@ class Trainer:
                 self.rollout_pool.sync_weights(weights)
         # only once everything fits: a resume that fails (another model, a damaged file) keeps the run's config
         (self.run_dir / "config.yaml").write_text(dump_config(config))
+        self.relative_step = self._check_step_size()
 
     def _check_step_size(self) -> float | None:
         """lr against the size of the weights under full fine-tuning, with a warning when it is a step that
@@ -160,7 +160,7 @@ class Trainer:
         weight_rms = median_weight_rms(self.model)
         warning = step_size_warning(self.config.train.lr, weight_rms)
         if warning:
-            console.print(f"[yellow]warning: {warning}[/]")
+            console.print(f"[yellow]warning: {warning}[/]", soft_wrap=True)
         return relative_step(self.config.train.lr, weight_rms) if weight_rms else None
 
     def _make_sampler(self) -> TaskSampler:
