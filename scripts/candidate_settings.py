@@ -27,6 +27,9 @@ CANDIDATES = {
                                                             "sampling.max_new_tokens=160", "eval.max_new_tokens=160"]),
     "gsm, reasoning": (None, ["env=gsm", "sampling.max_new_tokens=256",
                               "eval.max_new_tokens=256"]),
+    "gsm, reasoning, tags asked in the system prompt": (None, [
+        "env=gsm", "sampling.max_new_tokens=256", "eval.max_new_tokens=256",
+        "env.system_prompt=Reason step by step, then write only the final number inside <answer></answer> tags."]),
     "countdown 3 numbers": ("examples/r3_countdown_cpu.yaml", ["sampling.max_new_tokens=192",
                                                                "eval.max_new_tokens=192"]),
     "BFCL simple": ("examples/r3_function_calling_cpu.yaml", ["env.args.test_size=40"]),
