@@ -87,6 +87,7 @@ def test_the_r3l_rollout_line_on_textworld_express(tmp_path):
     assert kinds_of_sft == {"reflection", "guided_retry", "success_reflection"}, "with these seeds each rule fires"
     assert metrics["retry_count"] == len(retries) and metrics["invalid_report_rate"] == 0.0
     assert metrics["valid_report_rate"] == 1.0
+    assert 0.0 <= metrics["report_outcome_agreement"] <= 1.0
     assert sum(v for k, v in metrics.items() if k.startswith("pivot_count/")) == len(retries)
     shown = result.stdout + result.stderr
     assert "reflection report" in shown and "pivot=" in shown and "guidance" in shown

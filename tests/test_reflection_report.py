@@ -238,3 +238,17 @@ def test_the_reference_reading_of_a_success_needs_no_pivot():
     report = REPORT_PARSERS.get("reference")(_report(trajectory_outcome="success", retry_from_step=None,
                                                       improvement_suggestion=None), 3)
     assert report.trajectory_outcome == "success" and report.retry_from_step is None
+
+
+def test_outcome_agreement_on_hand_counts():
+    from r3l.reflection.report import outcome_agreement
+
+    failed = Report("s", "r", "failure", "do better", 0)
+    fine = Report("s", "r", "success")
+    slow = Report("s", "r", "success_but_inefficient", "fewer steps", 1)
+    # agree, agree, agree, disagree (a failed episode called a success), invalid reports not counted
+    judged = [(failed, False), (fine, True), (slow, True), (slow, False), (ReportError("invalid_json", "x"), False),
+              ("no_json", True)]
+    assert outcome_agreement(judged) == 3 / 4
+    assert outcome_agreement([(failed, True)]) == 0.0
+    assert outcome_agreement([("no_json", False)]) is None

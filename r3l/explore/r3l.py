@@ -27,7 +27,8 @@ from r3l.experience import Experience
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
 from r3l.reflection.guidance import (build_guidance, environment_verdict, load_guidance_template, load_reflect_template,
                                     reflection_prompt)
-from r3l.reflection.report import REPORT_PARSERS, Report, ReportError, ReportStats, needs_retry
+from r3l.reflection.report import (REPORT_PARSERS, Report, ReportError, ReportStats, needs_retry,
+                                  outcome_agreement)
 from r3l.reflection.report_schema import fitting_field_chars, report_constraint
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion
@@ -298,6 +299,9 @@ class R3LStrategy(Strategy):
         stats = ReportStats()
         stats.extend(run.reflection.result for run in reflected)
         metrics.update(stats.metrics())
+        agreement = outcome_agreement((run.reflection.result, run.episode.success) for run in reflected)
+        if agreement is not None:
+            metrics["report_outcome_agreement"] = agreement
         reflection_tokens = {id(run): len(run.reflection.completion.tokens) for run in reflected}
         metrics["reflection_length"] = sum(reflection_tokens.values()) / max(1, len(reflected))
         retries = [(run, retry) for run in runs for retry in run.retries]

@@ -213,6 +213,15 @@ def needs_retry(report: Report) -> bool:
     return report.trajectory_outcome != "success"
 
 
+def outcome_agreement(judged: Iterable[tuple[Report | ReportError | str, bool]]) -> float | None:
+    """Share of the valid reports whose outcome agrees with the environment's verdict ("failure" for a failed
+    episode, "success" or "success_but_inefficient" for a successful one); None without a valid report."""
+    pairs = [(result.trajectory_outcome, success) for result, success in judged if isinstance(result, Report)]
+    if not pairs:
+        return None
+    return sum((outcome != "failure") == success for outcome, success in pairs) / len(pairs)
+
+
 class ReportStats:
     """Counts parsed reports: valid ones and invalid ones by reason code."""
 
