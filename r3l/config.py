@@ -1,6 +1,7 @@
 """Typed run configuration: YAML file + dotted command-line overrides, validated by pydantic."""
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -337,13 +338,15 @@ SECTIONS_WITH_SHORTHAND = ("model", "env", "generator", "algorithm")
 
 
 def merge_trees(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """`top` over `base`, section by section (a `model: NAME` shorthand counts as `model: {name: NAME}`)."""
-    merged = dict(base)
+    """`top` over `base`, section by section (a `model: NAME` shorthand counts as `model: {name: NAME}`), as a
+    new tree: overrides applied to it leave `base` and `top` as they were."""
+    merged = copy.deepcopy(base)
     for key, value in top.items():
         below = merged.get(key)
         if key in SECTIONS_WITH_SHORTHAND:
             below, value = _name_shorthand(below), _name_shorthand(value)
-        merged[key] = merge_trees(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+        merged[key] = (merge_trees(below, value) if isinstance(below, dict) and isinstance(value, dict)
+                       else copy.deepcopy(value))
     return merged
 
 

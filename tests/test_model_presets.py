@@ -35,6 +35,14 @@ def test_merge_trees_merges_sections_and_reads_the_name_shorthand():
         == {"model": {"name": "a", "lora": {"r": 4}}, "train": {"lr": 3, "steps": 2}}
 
 
+def test_merge_trees_returns_a_new_tree():
+    base, top = {"env": {"args": {"seed": 1}}}, {"train": {"lr": 2}}
+    merged = merge_trees(base, top)
+    merged["env"]["args"]["seed"] = 5
+    merged["train"]["lr"] = 3
+    assert base == {"env": {"args": {"seed": 1}}} and top == {"train": {"lr": 2}}
+
+
 def test_relative_step_on_hand_numbers():
     # SmolLM2's median weight RMS 0.190 at the default 1e-5; Qwen2.5-Coder-0.5B's 0.0162 at 1e-5 and 1e-6
     assert relative_step(1e-5, 0.19) == pytest.approx(5.263e-5, rel=1e-3)

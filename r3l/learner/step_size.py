@@ -3,6 +3,7 @@
 size of the weights, not against the gradient."""
 from __future__ import annotations
 
+import math
 import statistics
 
 import torch
@@ -17,8 +18,8 @@ SUGGESTED_RELATIVE_STEP = 5e-5
 def median_weight_rms(model: torch.nn.Module) -> float | None:
     """Median root-mean-square of the trainable weight matrices (None if there are none)."""
     with torch.no_grad():
-        values = [float(p.detach().float().pow(2).mean().sqrt()) for p in model.parameters()
-                  if p.requires_grad and p.dim() == 2 and p.numel() > 0]
+        values = [float(torch.linalg.vector_norm(p.detach(), dtype=torch.float32)) / math.sqrt(p.numel())
+                  for p in model.parameters() if p.requires_grad and p.dim() == 2 and p.numel() > 0]
     return statistics.median(values) if values else None
 
 

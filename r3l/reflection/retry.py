@@ -57,9 +57,11 @@ def first_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator
     return [[as_attempt(trajectory) for trajectory in played[i * n:(i + 1) * n]] for i in range(len(tasks))]
 
 
-def system_message(conversation: TokenConversation) -> str | None:
-    first = conversation.messages[0] if conversation.messages else None
-    return first["content"] if first and first["role"] == "system" else None
+def question_of(attempt: Attempt) -> tuple[str, str | None]:
+    """(the task's message, the system message or None) of a single-turn attempt, as its conversation asked them."""
+    messages = attempt.conversation.messages
+    task = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    return task, messages[0]["content"] if messages[0]["role"] == "system" else None
 
 
 def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], generator: Generator,
@@ -68,7 +70,6 @@ def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], 
                       limits: AgentLimits = AgentLimits()) -> list[list[Retry]]:
     """`n_reflections` reflections per failure, each followed by one second attempt (under the environment's
     reply grammar when `limits.structured` is set; reflections are free text)."""
-    env = make_env()
     asking = []
     for failure in failures:
         conversation = failure.conversation.copy()
@@ -77,12 +78,13 @@ def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], 
     reflections = generator.generate([c.tokens for c in asking], reflect_params, n=n_reflections)
     pending = []
     for failure, conversation, group in zip(failures, asking, reflections):
-        retry_message = prompts.retry_message(env.reset(failure.task), system_message(failure.conversation))
+        retry_message = prompts.retry_message(*question_of(failure))
         for reflection in group:
             retry = conversation.copy()
             span = retry.add_assistant(reflection, trained=True)
             retry.add_user(retry_message)
             pending.append((failure, retry, reflection, span))
+    env = make_env()
     constraints = None
     if limits.structured is not None:
         constraints = []
