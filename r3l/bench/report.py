@@ -21,7 +21,7 @@ def machine() -> dict:
 
 
 def headline(results: dict[str, SectionResult]) -> dict:
-    """The figures quoted in the README, lifted to the top level of bench.json."""
+    """The headline figures (README, docs/BENCH.md), lifted to the top level of bench.json."""
     out = {}
     side = results.get("side_by_side")
     if side and "step_time_ratio_trl_over_r3l" in side.data:

