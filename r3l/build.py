@@ -1,11 +1,13 @@
-"""Build the run's parts (policy, environment, generator, strategy) from a validated config."""
+"""Build the run's parts (policy, environment, generator, strategy) from a validated config, and the policy as
+trained and its learner."""
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -17,6 +19,9 @@ from r3l.rollout.chat import PromptFormat
 from r3l.models.precision import native_bf16
 from r3l.registry import import_submodules
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
+
+if TYPE_CHECKING:
+    from r3l.learner.learner import Learner
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 GENERATOR_PACKAGES = ("r3l.rollout", "r3l.testing")  # every module in them may register a generator
@@ -40,7 +45,7 @@ def env_factory(config: Config) -> Callable[[], Env]:
 
 def agent_limits(config: Config):
     from r3l.agent.episodes import AgentLimits
-    from r3l.agent.reply_grammar import ReplyFormat
+    from r3l.envs.reply_grammar import ReplyFormat
 
     a, s = config.agent, config.structured
     reply = ReplyFormat(a.action_tag, a.think_tag, think_chars(config)) if s.replies else None
@@ -90,6 +95,26 @@ def autocast_bf16(config: Config) -> bool:
     if config.model.autocast_bf16 != "auto":
         return bool(config.model.autocast_bf16)
     return native_bf16(resolve_device(config.model.device))
+
+
+def trainable_policy(config: Config, model):
+    """(the policy as trained: LoRA and gradient checkpointing applied, the KL reference model or None)."""
+    from r3l.learner.learner import apply_lora
+
+    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.algorithm.kl_coef > 0 else None
+    if config.model.lora.enabled:
+        model = apply_lora(model, config.model.lora)
+    if config.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model, ref_model
+
+
+def make_learner(config: Config, model, tokenizer, ref_model, ranks=None) -> Learner:
+    from r3l.learner.learner import Learner
+
+    return Learner(model, tokenizer, config.algorithm, config.train, temperature=config.sampling.temperature,
+                   autocast_bf16=autocast_bf16(config), ref_model=ref_model, total_steps=config.train.steps,
+                   gradient_checkpointing=config.model.gradient_checkpointing, ranks=ranks)
 
 
 def make_generator(config: Config, model, tokenizer) -> Generator:

@@ -105,9 +105,10 @@ def rollout(
     from r3l.build import build_parts
     from r3l.experience import write_jsonl
     from r3l.algorithms import assign_advantages
-    from r3l.rollout.display import show_experiences
+    from r3l.display import show_experiences
+    from r3l.seeding import seed_everything
     from r3l.task_sampler import TaskSampler
-    from r3l.trainer import check_algorithm_names, seed_everything
+    from r3l.trainer import check_algorithm_names
 
     config = load(args, first=[*([f"env={env}"] if env else []), *([f"algorithm={strategy}"] if strategy else [])])
     check_algorithm_names(config)

@@ -1,9 +1,7 @@
 """The training loop: explore -> advantages -> learner -> log, with evaluation, checkpoints and resume."""
 from __future__ import annotations
 
-import copy
 import json
-import random
 import shutil
 import signal
 import time
@@ -11,12 +9,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
-from r3l.build import agent_limits, autocast_bf16, build_parts, eval_params, reflection_prompts
+from r3l.build import agent_limits, build_parts, eval_params, make_learner, reflection_prompts, trainable_policy
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
 from r3l.evaluate import held_out_evaluation, r3_table
@@ -24,19 +19,13 @@ from r3l.errors import RunStopped, UserError
 from r3l.experience import write_jsonl
 from r3l.faults import failpoint
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
-from r3l.learner.learner import Learner, apply_lora
 from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import memory_metrics, release_free_memory
 from r3l.rollout.chat import PromptFormat
+from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def new_run_dir(config: Config) -> Path:
@@ -79,22 +68,6 @@ class GracefulInterrupt:
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
-
-
-def trainable_policy(config: Config, model):
-    """(the policy as trained: LoRA and gradient checkpointing applied, the KL reference model or None)."""
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.algorithm.kl_coef > 0 else None
-    if config.model.lora.enabled:
-        model = apply_lora(model, config.model.lora)
-    if config.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    return model, ref_model
-
-
-def make_learner(config: Config, model, tokenizer, ref_model, ranks=None) -> Learner:
-    return Learner(model, tokenizer, config.algorithm, config.train, temperature=config.sampling.temperature,
-                   autocast_bf16=autocast_bf16(config), ref_model=ref_model, total_steps=config.train.steps,
-                   gradient_checkpointing=config.model.gradient_checkpointing, ranks=ranks)
 
 
 class Trainer:

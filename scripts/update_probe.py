@@ -17,11 +17,11 @@ import time
 import torch
 
 from r3l.algorithms import assign_advantages
-from r3l.build import agent_limits, eval_params
+from r3l.build import agent_limits, eval_params, make_learner, trainable_policy
 from r3l.config import load_config
 from r3l.evaluate import held_out_evaluation
 from r3l.rollout.chat import PromptFormat, encode_prompt
-from r3l.trainer import Trainer, make_learner, trainable_policy
+from r3l.trainer import Trainer
 
 GROUPS = {"lm_head": ("lm_head",), "embed": ("embed_tokens",), "attention": ("self_attn",), "mlp": ("mlp",),
           "norms": ("norm",)}

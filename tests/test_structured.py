@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from r3l.agent.reply_grammar import NUMBER, ReplyFormat, action_constraint, answer_constraint, literal
 from r3l.config import AlgorithmConfig, TrainConfig
+from r3l.envs.reply_grammar import NUMBER, ReplyFormat, action_constraint, answer_constraint, literal
 from r3l.experience import Experience
 from r3l.learner.batching import allowed_after, collate, collate_shared_prefix
 from r3l.learner.learner import Learner

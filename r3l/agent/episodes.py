@@ -22,8 +22,8 @@ from r3l.agent.actions import parse_reply
 from r3l.agent.env_guard import EnvFailure, guarded_call
 from r3l.agent.env_pool import EnvPool
 from r3l.agent.prompt_copy import watched_copy
-from r3l.agent.reply_grammar import ReplyFormat
 from r3l.envs import Env, Task
+from r3l.envs.reply_grammar import ReplyFormat
 from r3l.logging.progress import console
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation

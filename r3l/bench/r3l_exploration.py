@@ -36,7 +36,7 @@ def cost_per_success(tokens: float, successes: float) -> float | None:
 
 def measure(config: Config, tasks: int, steps: int) -> dict:
     from r3l.build import build_parts
-    from r3l.trainer import seed_everything
+    from r3l.seeding import seed_everything
 
     seed_everything(config.run.seed)
     parts = build_parts(config)

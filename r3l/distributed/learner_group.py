@@ -105,8 +105,8 @@ def rank_config(config: Config, rank: int) -> Config:
 
 def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str, timeout_s: float) -> None:
     """A learner rank > 0: build the same learner as rank 0, then mirror each command it announces."""
-    from r3l.build import load_model, quiet_libraries
-    from r3l.trainer import make_learner, seed_everything, trainable_policy
+    from r3l.build import load_model, make_learner, quiet_libraries, trainable_policy
+    from r3l.seeding import seed_everything
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle: it finishes the step, then stops us
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
@@ -260,6 +260,6 @@ class LearnerGroup:
 
 
 def _make(config: Config, model, tokenizer, ref_model):
-    from r3l.trainer import make_learner
+    from r3l.build import make_learner
 
     return make_learner(config, model, tokenizer, ref_model, ranks=RankGroup())

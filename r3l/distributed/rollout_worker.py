@@ -12,7 +12,7 @@ class RolloutWorker:
 
         from r3l.build import build_parts
         from r3l.config import Config
-        from r3l.trainer import seed_everything
+        from r3l.seeding import seed_everything
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         torch.set_num_threads(threads)

@@ -13,9 +13,9 @@ import threading
 from abc import abstractmethod
 from typing import Any, Callable, ClassVar, Hashable, Iterator, Sequence, overload
 
-from r3l.agent.reply_grammar import NUMBER, answer_constraint
 from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
+from r3l.envs.reply_grammar import NUMBER, answer_constraint
 from r3l.envs.safe_math import ExpressionError, evaluate
 from r3l.envs.verifiers import verify_math
 from r3l.errors import UserError

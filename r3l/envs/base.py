@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 if TYPE_CHECKING:
-    from r3l.agent.reply_grammar import ReplyFormat
+    from r3l.envs.reply_grammar import ReplyFormat
     from r3l.rollout.constraints import Constraint
 
 

@@ -13,9 +13,9 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
-from r3l.agent.reply_grammar import action_constraint
 from r3l.envs.base import Env, StepResult, Task
 from r3l.envs.feedback import episode_feedback
+from r3l.envs.reply_grammar import action_constraint
 from r3l.errors import UserError
 
 SPLITS = ("train", "test")
