@@ -119,7 +119,7 @@ def test_panels_label_axes_keep_held_out_points_apart_and_skip_flat_zero(tmp_pat
     assert not panels["success"].matches("eval/success") and panels["held_out"].matches("eval/success")
     ax = Figure().add_subplot()
     _draw(ax, series, ["eval/success"], panels["held_out"])
-    assert ax.get_ylabel() == "held-out value" and ax.get_lines()[0].get_linestyle() == "None"
+    assert ax.get_ylabel() == "held-out success" and ax.get_lines()[0].get_linestyle() == "None"
     ax = Figure().add_subplot()
     _draw(ax, series, ["train_tokens_per_s"], panels["tokens_per_s"])
     assert ax.get_ylim()[1] < 5000  # the one spike does not flatten the other nine steps

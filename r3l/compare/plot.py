@@ -1,37 +1,121 @@
-"""The comparison's plot: held-out success against step, per config the mean over seeds and its range."""
+"""The comparison's plot. Held-out success before and after training per config, as a dumbbell (two markers
+with their 95% Wilson intervals, seeds pooled; never a line over training steps, which two evaluations cannot
+show); and, where runs evaluated during training (`eval.every`), the curve through those real evaluations."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import mean
-from typing import Sequence
+from typing import Any, Sequence
 
+from r3l.compare.stats import Counts, estimate, pooled, pooled_before
 from r3l.compare.summary import RunResult
 
+Estimate = tuple[float, float, float]  # (success, low, high); low and high NaN when the counts are unknown
 
-def curves(results: Sequence[RunResult]) -> dict[str, list[tuple[int, float, float, float]]]:
-    """Per config: (step, mean, min, max) over the seeds that evaluated at that step."""
-    by_label: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+
+@dataclass
+class Dumbbell:
+    before: Estimate | None
+    after: Estimate | None
+    per_seed: list[float] = field(default_factory=list)  # each finished seed's success after training
+    steps: int = 0
+
+
+def dumbbells(results: Sequence[RunResult]) -> dict[str, Dumbbell]:
+    """Per config, over its finished seeds: success before and after training (pooled, 95% Wilson)."""
+    out: dict[str, Dumbbell] = {}
+    for label in dict.fromkeys(r.label for r in results):
+        runs = [r for r in results if r.label == label and r.final is not None]
+        with_before = [r for r in runs if r.before is not None]
+        out[label] = Dumbbell(
+            estimate([r.before for r in with_before], [r.before_counts for r in with_before], pooled_before),
+            estimate([r.final for r in runs], [r.final_counts for r in runs], pooled),
+            [r.final for r in runs], max((r.steps for r in runs), default=0))
+    return out
+
+
+def curves(results: Sequence[RunResult]) -> dict[str, list[tuple[int, float, float, float, int]]]:
+    """Per config whose runs evaluated during training: (step, success, low, high, seeds) at each step any of
+    its runs evaluated at, the evaluations before and after included; pooled over the seeds that evaluated
+    there. Configs without an evaluation during training have no curve (before and after alone are no curve)."""
+    by_label: dict[str, dict[int, list[tuple[float, Counts | None]]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
+        if not result.intermediate():
+            continue
         for step, value in result.curve:
-            by_label[result.label][step].append(value)
-    return {label: [(step, mean(v), min(v), max(v)) for step, v in sorted(steps.items())]
-            for label, steps in by_label.items()}
+            by_label[result.label][step].append((value, result.counts.get(step)))
+    out = {}
+    for label, steps in by_label.items():
+        points = []
+        for step, evaluations in sorted(steps.items()):
+            point = estimate([v for v, _ in evaluations], [c for _, c in evaluations],
+                             pooled_before if step == 0 else pooled)
+            points.append((step, *point, len(evaluations)))
+        out[label] = points
+    return out
 
 
 def plot(results: Sequence[RunResult], path: Path) -> Path:
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(7, 4.5))
-    axes = figure.add_subplot()
-    for label, points in curves(results).items():
-        steps = [p[0] for p in points]
-        line, = axes.plot(steps, [p[1] for p in points], marker="o", label=label)
-        axes.fill_between(steps, [p[2] for p in points], [p[3] for p in points], color=line.get_color(), alpha=0.2)
-    axes.set_xlabel("training step")
-    axes.set_ylabel("held-out success (mean over seeds; band: min-max)")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure(results).savefig(path, dpi=120)
     return path
+
+
+def figure(results: Sequence[RunResult]) -> Any:
+    """The dumbbell panel, and beside it the curve panel when a config evaluated during training."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    bells, lines = dumbbells(results), curves(results)
+    fig = Figure(figsize=(12.5 if lines else 7.5, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2 if lines else 1, squeeze=False)[0]
+    colours = {label: f"C{i}" for i, label in enumerate(bells)}
+
+    ax = axes[0]
+    for x, (label, bell) in enumerate(bells.items()):
+        colour = colours[label]
+        for at, point, face in [(x - 0.15, bell.before, "white"), (x + 0.15, bell.after, colour)]:
+            if point is None:
+                continue
+            centre, low, high = point
+            error = [[centre - low], [high - centre]] if math.isfinite(low) else None
+            ax.errorbar([at], [centre], yerr=error, fmt="o", markersize=8, color=colour, markerfacecolor=face,
+                        markeredgewidth=1.5, capsize=4, zorder=3)
+            ax.annotate(f"{centre:.3f}", (at, low if math.isfinite(low) else centre), textcoords="offset points",
+                        xytext=(0, -6), ha="center", va="top", fontsize="small")
+        ax.plot([x + 0.3] * len(bell.per_seed), bell.per_seed, linestyle="none", marker="o", markersize=3.5,
+                color="black", alpha=0.6, zorder=4)
+        if bell.before is not None and bell.after is not None:
+            top = max(v for e in (bell.before, bell.after) for v in e if math.isfinite(v))
+            ax.annotate(f"change {bell.after[0] - bell.before[0]:+.3f}", (x, min(top + 0.03, 0.97)),
+                        ha="center", va="bottom", fontsize="small", color=colour)
+    ax.set_xticks(range(len(bells)), [f"{label}\n({len(b.per_seed)} seeds, {b.steps} steps)"
+                                      for label, b in bells.items()], fontsize="small")
+    ax.set_xlim(-0.6, len(bells) - 0.4)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("held-out success")
+    ax.set_title("held-out success before and after training\n(95% Wilson interval, seeds pooled)",
+                 fontsize="medium")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(handles=[
+        Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="grey", label="before training"),
+        Line2D([], [], linestyle="none", marker="o", color="grey", label="after training"),
+        Line2D([], [], linestyle="none", marker="o", markersize=3.5, color="black", alpha=0.6,
+               label="one seed, after")],
+        fontsize="small", loc="best")
+
+    if lines:
+        ax = axes[1]
+        for label, points in lines.items():
+            steps = [p[0] for p in points]
+            ax.plot(steps, [p[1] for p in points], marker="o", color=colours[label], label=label)
+            ax.fill_between(steps, [p[2] for p in points], [p[3] for p in points], color=colours[label], alpha=0.2)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("held-out success")
+        ax.set_title("held-out success at each evaluation during training\n(eval.every; band: 95% Wilson, seeds "
+                     "pooled)", fontsize="medium")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    return fig
