@@ -92,7 +92,7 @@ def test_a_reward_equal_to_success_is_drawn_once(tmp_path):
     rows = [{"step": s, "reward": s / 10, "success": s / 10, "loss": 0.1} for s in range(1, 6)]
     panels, notes = choose_panels(_series(rows))
     names = [panel.name for panel, _ in panels]
-    assert "reward" not in names and "success" in names and notes["success"] == "reward identical"
+    assert "reward" not in names and "success" in names and notes["success"] == "the reward is the same curve"
     rows[2]["reward"] = 0.35  # a partial reward: both panels
     assert {"reward", "success"} <= {panel.name for panel, _ in choose_panels(_series(rows))[0]}
     _write(tmp_path, rows)

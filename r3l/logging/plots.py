@@ -381,7 +381,7 @@ def choose_panels(series: Series) -> tuple[list[tuple[Panel, list[str]]], dict[s
             same = [k for k in keys if any(same_series(series, k, s) for s in against)]
             if same:
                 keys = [k for k in keys if k not in same]
-                notes["success" if panel.name == "reward" else "held_out"] = "reward identical"
+                notes["success" if panel.name == "reward" else "held_out"] = "the reward is the same curve"
         if keys:
             chosen.append((panel, keys))
     return chosen, notes
