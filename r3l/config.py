@@ -126,6 +126,12 @@ class AlgorithmConfig(Section):
         "policy_loss", description="how SFT-objective samples (R3L's auxiliary SFT) train: policy_loss = the "
         "policy loss with advantage = their weight, one normaliser with the rest (R3L's code); nll = weighted "
         "NLL with its own normaliser")
+    rollout_correction: str = Field(
+        "none", description="importance-sampling correction for the generator/learner log-prob mismatch on policy "
+        "samples: none | tis (weights min(pi/mu, C)) | mis (weights pi/mu, tokens with pi/mu > C dropped)")
+    rollout_correction_threshold: float = Field(
+        2.0, gt=1, description="C: tis truncates the weights at C, mis drops tokens whose ratio exceeds C; the "
+        "mismatch metrics count tokens whose ratio leaves [1/C, C]")
 
     @model_validator(mode="before")
     @classmethod

@@ -48,6 +48,12 @@ class Experience:
         return sum(self.loss_mask)
 
     @property
+    def behaviour_in_context(self) -> bool:
+        """Whether `logprobs` were sampled in the context `tokens` hold; a retry stored without the guidance it
+        was generated with (context distillation) was not, so its log-probs say nothing of a mismatch."""
+        return not (self.meta.get("guidance") and self.meta.get("guidance_in_tokens") is False)
+
+    @property
     def num_constrained_tokens(self) -> int:
         return sum(len(masks) for _, masks in self.allowed)
 

@@ -61,6 +61,11 @@ class RankGroup:
     def backward_scale(self) -> float:
         return float(self.world)
 
+    def max(self, value: float) -> float:
+        total = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(total, op=dist.ReduceOp.MAX)
+        return float(total.item())
+
     def all_true(self, flag: bool) -> bool:
         value = torch.tensor([0.0 if flag else 1.0])
         dist.all_reduce(value, op=dist.ReduceOp.MAX)

@@ -27,6 +27,7 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
     loss_mask = torch.zeros((batch, width), dtype=torch.float32)
     gen_logprobs = torch.zeros((batch, width), dtype=torch.float32)
     advantages = torch.zeros((batch, width), dtype=torch.float32)
+    in_context = torch.zeros((batch, width), dtype=torch.float32)
     for row, experience in enumerate(experiences):
         n = len(experience.tokens)
         input_ids[row, :n] = torch.tensor(experience.tokens, dtype=torch.long)
@@ -34,6 +35,7 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
         loss_mask[row, :n] = torch.tensor(experience.loss_mask, dtype=torch.float32)
         gen_logprobs[row, :n] = torch.tensor(experience.logprobs, dtype=torch.float32)
         advantages[row, :n] = experience.advantage
+        in_context[row, :n] = float(experience.behaviour_in_context)
     batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
@@ -41,6 +43,7 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
         "loss_mask": loss_mask[:, 1:],
         "gen_logprobs": gen_logprobs[:, 1:],
         "advantages": advantages[:, 1:],
+        "behaviour_in_context": in_context[:, 1:],  # 1 where gen_logprobs were sampled in this very context
     }
     if any(e.allowed for e in experiences):  # target column t scores token t + 1
         spans = [(row, start - 1, masks) for row, e in enumerate(experiences) for start, masks in e.allowed]
@@ -109,8 +112,8 @@ def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dic
             prefix_mask[row, :len(prefix)] = 1
     suffixes = [
         Experience(group=e.group, kind=e.kind, tokens=e.tokens[cut:], loss_mask=e.loss_mask[cut:],
-                   logprobs=e.logprobs[cut:], reward=e.reward, advantage=e.advantage,
-                   allowed=allowed_after(e.allowed, cut))
+                   logprobs=e.logprobs[cut:], reward=e.reward, advantage=e.advantage, meta=e.meta,
+                   objective=e.objective, allowed=allowed_after(e.allowed, cut))
         for e in experiences for cut in [shared_prefix_length(e)]
     ]
     batch = collate(suffixes, pad_id)

@@ -9,6 +9,7 @@ from typing import Sequence
 import torch
 
 from r3l.algorithms import POLICY_LOSSES, aggregate, entropy_from_logits, kl_penalty, token_logprobs
+from r3l.algorithms.rollout_correction import ROLLOUT_CORRECTIONS, mismatch_metrics, mismatch_sums
 from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
 from r3l.errors import UserError
 from r3l.experience import Experience
@@ -95,6 +96,7 @@ class Learner:
         self.nonfinite_updates = 0  # updates dropped because a loss or the gradient norm was NaN/inf
         self.nonfinite_streak = 0  # of them, how many in a row up to now
         self.loss_fn = POLICY_LOSSES.get(algorithm.policy_loss)
+        self.correction = ROLLOUT_CORRECTIONS.get(algorithm.rollout_correction)
         self.forward_modules = {id(model): MaskedLogits(model)}
         if self.ref_model is not None:
             self.forward_modules[id(self.ref_model)] = MaskedLogits(self.ref_model)
@@ -205,7 +207,9 @@ class Learner:
     def update(self, experiences: Sequence[Experience], behaviour_logprobs: bool = False) -> dict[str, float]:
         """One optimizer step per pass over `experiences` (advantages must already be set). With
         `behaviour_logprobs` (experiences explored by older weights) a ratio-based loss takes the generator's
-        stored log-probabilities as the old policy instead of the learner's own."""
+        stored log-probabilities as the old policy instead of the learner's own, unless a rollout correction is
+        on: then the learner's own log-probs are the old policy and the correction weighs each token by
+        pi_old / mu (decoupled PPO)."""
         trained = [e for e in experiences if e.num_trained_tokens > 0]
         if not trained:
             return {"trained_tokens": 0.0}
@@ -223,9 +227,10 @@ class Learner:
                 continue
             mine = self.ranks.share(batches) if self.ranks is not None else batches
             plan.append((name, members, mine, loss_fn, loss_args, denominator, batches[0]))
+        behaviour_is_old = behaviour_logprobs and self.algorithm.rollout_correction == "none"
         stored_old = ({name: self._old_logprobs(members, batches, stand_in)
                        for name, members, batches, *_, stand_in in plan}
-                      if self.algorithm.updates_per_batch > 1 and not behaviour_logprobs else None)
+                      if self.algorithm.updates_per_batch > 1 and not behaviour_is_old else None)
         sums: dict[str, float] = defaultdict(float)
         self.model.train()
         finite = True
@@ -235,7 +240,7 @@ class Learner:
                 for index, mb in enumerate(batches):
                     batch = self._collate([members[i] for i in mb or stand_in])
                     old = stored_old[name][index] if stored_old else (
-                        batch["gen_logprobs"] if behaviour_logprobs else None)
+                        batch["gen_logprobs"] if behaviour_is_old else None)
                     finite &= self._accumulate(batch, old, denominator, kl_denominator, sums, update == 0, loss_fn,
                                                loss_args, prefix="" if name == "policy" else f"{name}_",
                                                counted=mb is not None)
@@ -258,9 +263,13 @@ class Learner:
         if finite:
             self.scheduler.step()
         metrics = {"nonfinite_update": float(not finite), "nonfinite_updates": float(self.nonfinite_updates)}
+        gap_max = sums.pop("max:generator_logprob_gap", 0.0)
         if self.ranks is not None:  # each rank summed its own micro-batches; the grad norm is already global
             sums = defaultdict(float, {**self.ranks.sum({k: v for k, v in sums.items() if k != "grad_norm"}),
                                        "grad_norm": sums["grad_norm"]})
+            gap_max = self.ranks.max(gap_max)
+        metrics.update(mismatch_metrics(sums))
+        metrics["generator_logprob_gap_max"] = gap_max
         for prefix in {"" if name == "policy" else f"{name}_" for name, *_ in plan}:
             tokens = sums.pop(f"{prefix}tokens", 0.0)
             for key in [k for k in sums if k.startswith(f"{prefix}token:")]:
@@ -289,7 +298,16 @@ class Learner:
         mask = batch["loss_mask"]
         logprobs, logits = self._logprobs(self.model, batch)
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
-        loss, loss_metrics = loss_fn(logprobs, old, batch["advantages"], mask,
+        advantages = batch["advantages"]
+        if self.algorithm.rollout_correction != "none" and prefix == "":
+            weights = self.correction(old.detach() - batch["gen_logprobs"], self.algorithm.rollout_correction_threshold)
+            weights = torch.where(batch["behaviour_in_context"] > 0, weights, torch.ones_like(weights))
+            advantages = advantages * weights
+            if first_pass and counted:
+                sums["mismatch:weight"] += float((weights * mask).sum())
+                sums["mismatch:dropped"] += float(((weights == 0) & (mask > 0)).sum())
+                sums["mismatch:weight_tokens"] += float(mask.sum())
+        loss, loss_metrics = loss_fn(logprobs, old, advantages, mask,
                                      aggregation=self.algorithm.aggregation, denominator=denominator, **loss_args)
         if not counted:  # the policy's forward and backward are the collectives; the unsharded reference is not
             backward_adding_nothing(loss)
@@ -316,8 +334,13 @@ class Learner:
         with torch.no_grad():
             entropy = entropy_from_logits(logits.detach()[None], temperature=self.temperature)[0]
             sums[f"{prefix}token:entropy"] += float((entropy * mask[mask > 0]).sum())
-            gap = (logprobs.detach() - batch["gen_logprobs"]).abs()
-            sums[f"{prefix}token:generator_logprob_gap"] += float((gap * mask).sum())
+            in_context = mask * batch["behaviour_in_context"]
+            for key, value in mismatch_sums(logprobs, batch["gen_logprobs"], in_context,
+                                            self.algorithm.rollout_correction_threshold).items():
+                if key == "gap_max":
+                    sums["max:generator_logprob_gap"] = max(sums["max:generator_logprob_gap"], value)
+                else:
+                    sums[f"mismatch:{key}"] += value
             for key, value in loss_metrics.items():
                 sums[f"{prefix}token:{key}"] += value * count
         return finite
