@@ -1,4 +1,5 @@
 """The 'arithmetic' and 'gsm' environments, answer extraction and the named verifiers."""
+import logging
 from fractions import Fraction
 
 import pytest
@@ -200,3 +201,17 @@ def test_numeric_verifier():
     assert verify("<answer>3.01</answer>", "3").feedback == "answered 3.01, the correct answer is 3"
     assert verify("<answer>three</answer>", "3").feedback == "answered three, which is not a number; give the final value alone"
     assert "not a number" in verify("<answer>3</answer>", "three").feedback
+
+
+def test_math_verify_does_not_warn_that_its_own_timeouts_are_off(caplog, monkeypatch):
+    """r3l bounds each math-verify call with its own budget; math-verify's warning (once from its parser, once from
+    its grader, in every run) that its timeouts are off is dropped at those loggers, and nothing else is."""
+    grader = pytest.importorskip("math_verify.grader")
+    parser = pytest.importorskip("math_verify.parser")
+    for module in (grader, parser):
+        monkeypatch.setattr(module, "TIMEOUT_WARNING_SHOWN", False)
+    with caplog.at_level(logging.WARNING):
+        assert VERIFIERS.get("math")("<answer>x^2+1</answer>", "x^2+1").success
+        logging.getLogger("math_verify.parser").warning("another warning")
+    assert "Timeout is disabled" not in caplog.text
+    assert "another warning" in caplog.text
