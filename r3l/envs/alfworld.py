@@ -158,6 +158,12 @@ class ALFWorldEnv(TextGameEnv):
     description = "ALFWorld household tasks in text (on TextWorld); reward 1 once the task is done (needs alfworld)."
     failure_cause = "the game ended before the task was done"
     system_prompt = SYSTEM_PROMPT.format(max_steps=25)
+    argument_help = {
+        "data_dir": "the folder alfworld-download filled (null: $ALFWORLD_DATA, else ~/.cache/alfworld)",
+        "test_split": "the test games: valid_seen (R3L's) or valid_unseen (rooms not seen in training)",
+        "task_types": "ALFWorld task types to use, tasks alternating between them (null: all): "
+                      + ", ".join(TASK_TYPES),
+    }
 
     def __init__(self, *, data_dir: str | None = None, test_split: str = "valid_seen",
                  task_types: Sequence[str] | str | None = None, train_size: int | None = None,

@@ -22,11 +22,19 @@ class EnvArgument:
 
 
 def env_arguments(cls: type) -> list[EnvArgument]:
-    """The keyword settings of `cls.__init__`, with the help text of `cls.argument_help` where given."""
-    helps = getattr(cls, "argument_help", {})
+    """The keyword settings of `cls.__init__`, with the help text of `argument_help` (a class's own entries,
+    over those of the classes it extends, so a setting a base class takes is explained there once)."""
+    helps = argument_help(cls)
     parameters = inspect.signature(cls.__init__).parameters.values()
     return [EnvArgument(p.name, p.default, helps.get(p.name, "")) for p in parameters
             if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def argument_help(cls: type) -> dict[str, str]:
+    helps: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        helps.update(vars(klass).get("argument_help", {}))
+    return helps
 
 
 def check_arguments(name: str, cls: type, given: dict[str, Any]) -> None:

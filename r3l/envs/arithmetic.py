@@ -93,6 +93,11 @@ class ReasoningGymEnv(SingleTurnEnv):
     """A single-turn env over a reasoning-gym dataset; subclasses set `dataset_name` and `prompt`."""
 
     dataset_name: ClassVar[str] = ""
+    argument_help: ClassVar[dict[str, str]] = {
+        "seed": "which tasks are drawn (the same seed, the same tasks in the same order)",
+        "train_size": "tasks in the train split",
+        "test_size": "tasks in the test split (drawn first, so it does not change with train_size)",
+    }
 
     def __init__(self, *, seed: int, train_size: int, test_size: int, config: dict[str, Any]):
         super().__init__()
@@ -155,6 +160,11 @@ class ReasoningGymEnv(SingleTurnEnv):
 class _TaggedAnswerEnv(ReasoningGymEnv):
     """Question plus an instruction to answer in <answer></answer> tags; graded with math-verify."""
 
+    argument_help: ClassVar[dict[str, str]] = {
+        "reveal_answer_in_feedback": "say the correct answer in the feedback after a wrong answer",
+        "instruction": "the text after each question (empty: the question alone)",
+    }
+
     def __init__(self, *, seed: int, train_size: int, test_size: int, reveal_answer_in_feedback: bool,
                  config: dict[str, Any], instruction: str = ANSWER_INSTRUCTION):
         self.reveal_answer_in_feedback = reveal_answer_in_feedback
@@ -176,6 +186,15 @@ class ArithmeticEnv(_TaggedAnswerEnv):
     name = "arithmetic"
     description = "Evaluate an arithmetic expression (reasoning-gym basic_arithmetic); answer in <answer> tags."
     dataset_name = "basic_arithmetic"
+    argument_help = {
+        "min_terms": "fewest numbers in an expression",
+        "max_terms": "most numbers in an expression",
+        "min_digits": "fewest digits of each number",
+        "max_digits": "most digits of each number",
+        "operators": "the operators expressions use (any of + - * /; a division always comes out whole)",
+        "allow_parentheses": "expressions may group terms in parentheses",
+        "allow_negation": "numbers may be negative",
+    }
 
     def __init__(self, *, seed: int = 0, train_size: int = 2000, test_size: int = 200,
                  min_terms: int = 2, max_terms: int = 6, min_digits: int = 1, max_digits: int = 4,

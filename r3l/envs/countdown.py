@@ -38,6 +38,14 @@ class CountdownEnv(ReasoningGymEnv):
     name = "countdown"
     description = "Countdown: reach the target with the given numbers, each used once, and + - * /."
     dataset_name = "countdown"
+    argument_help = {
+        "min_numbers": "fewest numbers given",
+        "max_numbers": "most numbers given",
+        "min_value": "smallest number given",
+        "max_value": "largest number given",
+        "min_target": "smallest target",
+        "max_target": "largest target",
+    }
 
     def __init__(self, *, seed: int = 0, train_size: int = 2000, test_size: int = 200,
                  min_numbers: int = 3, max_numbers: int = 4, min_value: int = 1, max_value: int = 100,

@@ -72,7 +72,17 @@ class FunctionCallingEnv(SingleTurnEnv):
     description = "Function calling: answer with JSON tool calls in <tool_call> tags (BFCL or xLAM data)."
     system_prompt = SYSTEM_PROMPT.format(tag="tool_call")
     watch_prompt_copies = False  # arguments quote the request ('2024-01-05', '555-1234') by design
-    argument_help = {"checker": "BFCL grading: official (bfcl-eval's AST checker), strict or lenient (r3l's)"}
+    argument_help = {
+        "source": "where tasks come from: bfcl (the BFCL files of bfcl-eval, or `path`) or xlam (a file at `path`)",
+        "categories": "the BFCL categories: " + ", ".join(BFCL_CATEGORIES),
+        "path": "bfcl: a folder of BFCL files instead of bfcl-eval's; xlam: the .jsonl/.json file (required)",
+        "seed": "the seed of the split (each category shuffled, its first test_fraction held out)",
+        "test_fraction": "share of each category (or of the xLAM file) held out as the test split",
+        "tag": "the tag a reply writes its calls in: <tag>{...}</tag>",
+        "train_size": "at most this many train tasks (null: all)",
+        "test_size": "at most this many test tasks (null: all)",
+        "checker": "BFCL grading: official (bfcl-eval's AST checker), strict or lenient (r3l's)",
+    }
 
     def __init__(self, *, source: str = "bfcl", categories: Sequence[str] | str = BFCL_CATEGORIES[:4],
                  path: str | None = None, seed: int = 0, test_fraction: float = 0.2, tag: str = "tool_call",

@@ -66,6 +66,13 @@ class MathDialogueEnv(Env):
     retry_from_pivot = False
     steps_are_a_cost = False
     light = True
+    argument_help = {
+        "source": "the single-turn environment whose tasks and verifier the dialogue uses (see `r3l envs`)",
+        "source_args": "that environment's settings (its reveal_answer_in_feedback defaults to false here)",
+        "max_attempts": "answers allowed per task; each wrong one but the last is answered with retry_message",
+        "retry_message": "the user turn after a wrong answer; placeholders: "
+                         + ", ".join("{" + name + "}" for name in PLACEHOLDERS),
+    }
 
     def __init__(self, *, source: str = "gsm", source_args: Mapping[str, Any] | None = None, max_attempts: int = 3,
                  retry_message: str = RETRY_MESSAGE):

@@ -68,6 +68,15 @@ class ScienceWorldEnv(Env):
     deterministic = True
     watch_prompt_copies = False
     system_prompt = SYSTEM_PROMPT.format(max_steps=30)
+    argument_help = {
+        "task_names": "ScienceWorld task types to use, e.g. [boil, melt] (null: all 30)",
+        "split": "paper: train and test on different task types, as R3L; variations: the same types in both",
+        "simplification": "ScienceWorld's simplifications, comma-separated: " + ", ".join(SIMPLIFICATIONS),
+        "max_steps": "turns an episode may take",
+        "train_size": "tasks in the train split (from ScienceWorld's train variations)",
+        "test_size": "tasks in the test split (from its test variations)",
+        "seed": "the order of each type's variations",
+    }
 
     def __init__(self, *, task_names: Sequence[str] | str | None = None, split: str = "paper",
                  simplification: str = "easy", max_steps: int = 30, train_size: int = 500, test_size: int = 100,

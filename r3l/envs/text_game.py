@@ -99,6 +99,14 @@ class TextGameEnv(Env):
     # how the feedback names rejected actions, and why a game can end without full score
     invalid_word: ClassVar[str] = "not valid"
     failure_cause: ClassVar[str] = ""
+    argument_help: ClassVar[dict[str, str]] = {
+        "max_steps": "turns an episode may take",
+        "show_actions": "end each observation with the list of admissible actions",
+        "seed": "the order in which each split's games are drawn",
+        "train_size": "games in the train split (null: all)",
+        "test_size": "games in the test split (null: all)",
+        "backend": "the game backend object (tests pass a fake one; not set in a config)",
+    }
 
     def __init__(self, *, max_steps: int, show_actions: bool):
         check_count("max_steps", max_steps, 1)

@@ -81,6 +81,13 @@ class TextWorldExpressEnv(TextGameEnv):
     name = "textworld_express"
     description = "TextWorldExpress text games (cooking, coin, map reader, tidy-up), one action a turn (needs Java)."
     system_prompt = SYSTEM_PROMPT.format(max_steps=20)
+    argument_help = {
+        "games": "the games to play, tasks alternating between them: " + ", ".join(GAMES),
+        "game_params": "TextWorldExpress parameters over the small defaults, e.g. 'numLocations=5,includeDoors=1' "
+                       "(one string for every game, or a mapping game -> string)",
+        "train_size": "games in the train split (from TextWorldExpress's train seeds)",
+        "test_size": "games in the test split (from its test seeds)",
+    }
 
     def __init__(self, *, games: Sequence[str] | str = GAMES, game_params: str | Mapping[str, str] = "",
                  train_size: int = 100, test_size: int = 20, max_steps: int = 20, seed: int = 0,

@@ -166,6 +166,16 @@ class WebShopEnv(TextGameEnv):
     description = "WebShop: search a web store and buy the item an instruction describes; reward = match score."
     failure_cause = "the item bought matches the instruction only in part"
     system_prompt = SYSTEM_PROMPT.format(max_steps=15)
+    argument_help = {
+        "webshop_path": "a WebShop checkout set up with ./setup.sh -d all (null: $WEBSHOP_PATH, or web_agent_site "
+                        "installed)",
+        "num_products": "products the store loads (null: all; fewer leave too few goals for the train split)",
+        "human_goals": "the human-written instructions (R3L's setting) instead of WebShop's generated ones",
+        "observation_mode": "how pages are shown: " + ", ".join(OBSERVATION_MODES),
+        "train_size": "goals in the train split, from goal 1500 on (null: all)",
+        "test_size": "goals in the test split, goals 0-499 (null: all)",
+        "seed": "the order in which each split's goals are drawn",
+    }
 
     def __init__(self, *, webshop_path: str | None = None, num_products: int | None = None, human_goals: bool = True,
                  observation_mode: str = "text_rich", train_size: int | None = None, test_size: int | None = None,
