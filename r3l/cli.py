@@ -29,7 +29,15 @@ def load(args: list[str] | None, extra: list[str] = (), first: list[str] = ()):
     from r3l.config import load_config
 
     path, overrides = split_args(args)
-    return load_config(path, [*first, *overrides, *extra])
+    return checked(load_config(path, [*first, *overrides, *extra]))
+
+
+def checked(config):
+    """`config`, once its model names something: a bad name is refused before torch and the trainer load."""
+    from r3l.models import check_model_name
+
+    check_model_name(config.model.name)
+    return config
 
 
 @app.command()
@@ -49,7 +57,7 @@ def train(
         path, overrides = split_args(args)
         if path is not None:
             raise UserError("--resume takes the config saved in the run directory; pass only key=value overrides")
-        config = load_config(str(saved), [*overrides, *extra])
+        config = checked(load_config(str(saved), [*overrides, *extra]))
     else:
         config = load(args, extra)
     from r3l.trainer import Trainer
@@ -69,13 +77,13 @@ def evaluate_command(
                                            help="2: first try, then a reflection and a second try on failures (R3)."),
 ):
     """Held-out success rate of a model on a task's test split, with a 95% confidence interval."""
+    extra = [f"model.name={model}"] if model else []
+    config = load(args, extra + ([f"eval.attempts={attempts}"] if attempts else []))  # refused before the imports
     from r3l.build import agent_limits, env_factory, eval_params, load_model, make_generator, reflection_prompts
     from r3l.evaluate import held_out_evaluation
     from r3l.rollout.chat import PromptFormat
     from r3l.trainer import new_run_dir
 
-    extra = [f"model.name={model}"] if model else []
-    config = load(args, extra + ([f"eval.attempts={attempts}"] if attempts else []))
     make_env = env_factory(config)
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
@@ -102,6 +110,7 @@ def rollout(
                                            help="Algorithm preset, e.g. r3l, grpo, reflect_grpo (same as algorithm=NAME)."),
 ):
     """Generate experiences for a few tasks without training (see exactly what would be trained)."""
+    config = load(args, first=[*([f"env={env}"] if env else []), *([f"algorithm={strategy}"] if strategy else [])])
     from r3l.build import build_parts
     from r3l.experience import write_jsonl
     from r3l.algorithms import assign_advantages
@@ -110,7 +119,6 @@ def rollout(
     from r3l.task_sampler import TaskSampler
     from r3l.trainer import check_algorithm_names
 
-    config = load(args, first=[*([f"env={env}"] if env else []), *([f"algorithm={strategy}"] if strategy else [])])
     check_algorithm_names(config)
     seed_everything(config.run.seed)
     parts = build_parts(config)
@@ -137,10 +145,11 @@ def bench(
                                       "mode, CUDA only) or auto (vllm where it can run)."),
 ):
     """Speed of a GRPO step side by side with TRL and against the machine's limits -> bench.json, bench.md."""
+    config = load(args)
     from r3l.bench.run import run_bench
 
     command = " ".join(["r3l", *sys.argv[1:]])
-    out_dir, markdown = run_bench(load(args), vs=vs, out=out, repeats=repeats, warmup=warmup, sections=sections,
+    out_dir, markdown = run_bench(config, vs=vs, out=out, repeats=repeats, warmup=warmup, sections=sections,
                                   command=command, trl_generator=trl_generator)
     typer.echo(markdown + f"\nwritten: {out_dir / 'bench.json'}, {out_dir / 'bench.md'}")
 

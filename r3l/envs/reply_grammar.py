@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from r3l.rollout.constraints import Constraint
+if TYPE_CHECKING:  # imported where a constraint is made: `r3l envs` and `r3l config` need no torch
+    from r3l.rollout.constraints import Constraint
 
 NUMBER = '"-"? [0-9]+ ("." [0-9]+)?'
 
@@ -41,6 +42,8 @@ def tagged_action_grammar(actions: Sequence[str], reply: ReplyFormat) -> str:
 
 def action_constraint(actions: Sequence[str], reply: ReplyFormat) -> Constraint | None:
     """The reply constraint of a turn with these admissible actions (None when there are none to choose)."""
+    from r3l.rollout.constraints import Constraint
+
     return Constraint("grammar", tagged_action_grammar(actions, reply), "action") if actions else None
 
 
@@ -48,4 +51,6 @@ def answer_constraint(tag: str, content: str, reply: ReplyFormat) -> Constraint:
     """Free text (bounded), then `<tag>` + `content` (an EBNF expression) + `</tag>`."""
     grammar = (f"root ::= {free_text(reply.think_chars)} {literal(f'<{tag}>')} {content} "
                f"{literal(f'</{tag}>')}")
+    from r3l.rollout.constraints import Constraint
+
     return Constraint("grammar", grammar, "answer")

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Callable
-
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from r3l.errors import UserError
 from r3l.registry import Registry
 
-ModelLoader = Callable[[torch.dtype], tuple["torch.nn.Module", object]]
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported only to load a model: naming one (check_model_name) takes no heavy import
+ModelLoader = Callable[["torch.dtype"], tuple["torch.nn.Module", object]]
 ALIASES: Registry[ModelLoader] = Registry("model alias")
 
 from r3l.models import chunked_gguf, embedded, random_shape, tiny  # noqa: E402,F401  (register the aliases)
@@ -29,20 +32,40 @@ def resolve_local_path(name: str) -> Path | None:
     raise UserError(f"{name} holds no model (no config.json, no checkpoints/latest/model); pass a model directory")
 
 
-def load_policy(name: str, dtype: torch.dtype = torch.float32):
-    """Return (model, tokenizer) ready for training on CPU; never reaches the hub for local models."""
+HUB_ID = re.compile(r"\w[\w.-]*/[\w.-]+")  # owner/name, as the hub spells repository ids
+
+
+def check_model_name(name: str) -> Path | None:
+    """Refuse in one line a model name that names nothing (without importing torch, so that a typo is refused
+    at once): an alias, random:SHAPE (the shape checked), a model or run directory, or an owner/name hub id.
+    Returns the local model directory when it is one."""
     if name in ALIASES:
-        return ALIASES.get(name)(dtype)
+        return None
     if name.startswith(random_shape.PREFIX):
-        return random_shape.load_random_shape(name[len(random_shape.PREFIX):], dtype)
+        random_shape.shape_settings(name[len(random_shape.PREFIX):])
+        return None
     local = resolve_local_path(name)
-    if local is not None:
-        return load_pretrained(str(local), dtype, local_only=True)
-    if "/" not in name or name.startswith((".", "/", "~")):
+    if local is None and not HUB_ID.fullmatch(name):
         raise UserError(
             f"unknown model '{name}': not an alias ({', '.join(ALIASES.names())}), random:SHAPE, a local directory "
             "or a hub id"
         )
+    return local
+
+
+def load_policy(name: str, dtype: torch.dtype | None = None):
+    """Return (model, tokenizer) ready for training on CPU (float32 unless `dtype`); never reaches the hub for
+    local models."""
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    local = check_model_name(name)
+    if name in ALIASES:
+        return ALIASES.get(name)(dtype)
+    if name.startswith(random_shape.PREFIX):
+        return random_shape.load_random_shape(name[len(random_shape.PREFIX):], dtype)
+    if local is not None:
+        return load_pretrained(str(local), dtype, local_only=True)
     return load_pretrained(name, dtype, local_only=os.environ.get("HF_HUB_OFFLINE") == "1")
 
 

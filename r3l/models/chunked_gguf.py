@@ -17,12 +17,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from r3l.errors import UserError
 from r3l.models import ALIASES, gguf
+
+if TYPE_CHECKING:
+    import torch
 
 READ_BYTES = 1 << 22
 

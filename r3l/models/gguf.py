@@ -7,8 +7,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
 
 def cache_root() -> Path:
     return Path(os.environ.get("R3L_CACHE", Path.home() / ".cache" / "r3l"))
@@ -20,6 +18,7 @@ def converted_dir(alias: str) -> Path:
 
 def convert_gguf(folder: Path, gguf_file: str, target: Path, alias: str) -> None:
     """Dequantise `folder/gguf_file` into a fresh (unquantised) model and save it with its tokenizer at `target`."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

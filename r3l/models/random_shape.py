@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from r3l.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 PREFIX = "random:"
 
@@ -49,6 +51,7 @@ def shape_settings(spec: str) -> dict:
 
 
 def load_random_shape(spec: str, dtype: torch.dtype, seed: int = 0):
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from r3l.models import prepare

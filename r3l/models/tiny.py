@@ -1,9 +1,12 @@
 """`tiny-random`: a small randomly initialised Llama with the embedded model's tokenizer, for fast tests."""
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from r3l.models import ALIASES
+
+if TYPE_CHECKING:
+    import torch
 
 TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True)
@@ -11,6 +14,7 @@ TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, nu
 
 @ALIASES.register("tiny-random")
 def load_tiny_random(dtype: torch.dtype, seed: int = 0):
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from r3l.models import prepare

@@ -1,0 +1,42 @@
+"""The CLI's quick commands: `r3l --help`, `r3l envs`, `r3l config` and a refused model name answer without
+importing torch, transformers or reasoning-gym (seconds of imports on a loaded machine)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "transformers", "reasoning_gym")
+PROBE = """
+import json, sys
+from r3l import cli
+args, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sys.argv = ["r3l", *args]
+try:
+    cli.main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(name for name in heavy if name in sys.modules)), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args, status", [
+    (["--help"], 0),
+    (["envs"], 0),
+    (["envs", "textworld_express"], 0),
+    (["config", "model=tiny-random"], 0),
+    (["train", "model=/nonexistent"], 2),
+    (["train", "model=./no/such/dir", "env=countdown"], 2),
+    (["eval", "--model", "random:no-such-shape"], 2),
+    (["rollout", "model=/nonexistent"], 2),
+    (["bench", "model=nobody/no/such/model"], 2),
+])
+def test_quick_commands_and_a_refused_model_import_nothing_heavy(args, status, tmp_path):
+    result = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    *lines, imported = result.stderr.strip().splitlines()
+    assert json.loads(imported) == [], (args, imported)
+    if status:
+        assert lines[-1].startswith("error: ") and "model" in lines[-1], result.stderr
+    assert not (tmp_path / "runs").exists()
+
