@@ -1,20 +1,38 @@
 """The `r3l` command line: train, eval, rollout, envs, report, config."""
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from r3l.errors import RunStopped, UserError
+from r3l.errors import Interrupted, RunStopped, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Reinforcement learning for language models that learn from their own failures.")
 
 ARGS_HELP = "An optional CONFIG (YAML path or preset name) followed by key.sub=value overrides."
+
+
+def interruptible(what_is_kept: str):
+    """Ctrl-C in the command: one line that says `what_is_kept` (elsewhere the line just says "interrupted";
+    train and bench say what they kept by raising Interrupted themselves)."""
+    def decorator(command):
+        @functools.wraps(command)
+        def run(*args, **kwargs):
+            try:
+                return command(*args, **kwargs)
+            except KeyboardInterrupt:
+                raise Interrupted(what_is_kept) from None
+
+        return run
+
+    return decorator
 
 
 def split_args(args: list[str] | None) -> tuple[str | None, list[str]]:
@@ -66,9 +84,12 @@ def train(
     typer.echo(f"run directory: {trainer.run_dir}", err=True)
     summary = trainer.run()
     typer.echo(json.dumps(summary, indent=1))
+    if summary.get("interrupted"):  # a first Ctrl-C: the step finished and was checkpointed
+        raise Interrupted(f"stopped after step {summary['step']} of {config.train.steps}; {trainer.resume_hint()}")
 
 
 @app.command("eval")
+@interruptible("nothing was written")
 def evaluate_command(
     args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
     model: Optional[str] = typer.Option(None, "--model", help="Alias, local path, run directory or hub id."),
@@ -92,14 +113,22 @@ def evaluate_command(
                                              PromptFormat.from_config(config.env), config.eval.attempts,
                                              reflection_prompts(config), agent_limits(config),
                                              config.eval.reflection_max_new_tokens)
+    made = out is None or not out.exists()
     out_dir = out or new_run_dir(config.model_copy(update={"run": config.run.model_copy(
         update={"name": f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "eval.json").write_text(json.dumps({"model": config.model.name, "env": config.env.name, **record}, indent=1))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "eval.json").write_text(json.dumps({"model": config.model.name, "env": config.env.name, **record},
+                                                      indent=1))
+    except BaseException:  # a full disk, a Ctrl-C: no directory without its eval.json
+        if made:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     typer.echo(json.dumps({"eval_json": str(out_dir / "eval.json"), **summary}, indent=1))
 
 
 @app.command()
+@interruptible("nothing was written")
 def rollout(
     args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
     dump: Optional[Path] = typer.Option(None, "--dump", help="Write one JSON object per experience to this file."),
@@ -184,6 +213,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory written by 
 
 
 @app.command()
+@interruptible("run the same command again to continue the comparison")
 def compare(
     args: Optional[List[str]] = typer.Argument(None, help="Configs to compare (YAML files or algorithm presets such "
                                                "as grpo, r3l), then key=value overrides for every run."),
@@ -240,8 +270,8 @@ def main() -> None:
         typer.echo(f"error: {error.strerror or error}{where}; the last complete checkpoint is kept: free space or "
                    "fix the directory, then continue with r3l train --resume RUN_DIR", err=True)
         sys.exit(1)
-    except KeyboardInterrupt:
-        typer.echo("interrupted; a training run can continue from its last checkpoint with --resume", err=True)
+    except Interrupted as interrupt:
+        typer.echo(f"interrupted: {interrupt}" if str(interrupt) else "interrupted", err=True)
         sys.exit(130)
 
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart
 from r3l.envs import Env, Task, require_single_turn
+from r3l.faults import failpoint
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.reflection.retry import first_attempts, reflect_and_retry
 from r3l.rollout.chat import PromptFormat
@@ -129,6 +130,7 @@ def held_out_evaluation(tasks: Sequence[Task], make_env: Callable[[], Env], gene
                         ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
     """(full record with samples, summary, metrics to log) for one or two attempts per task."""
     started = time.perf_counter()
+    failpoint("evaluation")
     record, summary, metrics = _held_out(tasks, make_env, generator, tokenizer, params, prompt_format, attempts,
                                          prompts, limits, reflection_max_new_tokens)
     seconds = time.perf_counter() - started

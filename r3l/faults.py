@@ -1,6 +1,7 @@
 """Fault injection for the reliability tests: `failpoint(name)` kills this process with SIGKILL when the
 environment variable R3L_FAILPOINT names that point (optionally `name@N`: on its N-th pass), so a test can stop a
-run at an exact moment (mid-checkpoint, between rollout and update) as `kill -9` would. A no-op otherwise."""
+run at an exact moment (mid-checkpoint, between rollout and update) as `kill -9` would; `name@N:INT` sends SIGINT
+instead (a Ctrl-C at that moment), and several points may be given, comma-separated. A no-op otherwise."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import signal
 from collections import Counter
 
 ENV_VAR = "R3L_FAILPOINT"
+SIGNALS = {"KILL": signal.SIGKILL, "INT": signal.SIGINT}
 _passes: Counter = Counter()
 
 
@@ -15,9 +17,15 @@ def failpoint(name: str) -> None:
     wanted = os.environ.get(ENV_VAR)
     if not wanted:
         return
-    point, _, nth = wanted.partition("@")
-    if point != name:
+    chosen = []
+    for entry in wanted.split(","):
+        where, _, how = entry.strip().partition(":")
+        point, _, nth = where.partition("@")
+        if point == name:
+            chosen.append((int(nth or 1), SIGNALS[how or "KILL"]))
+    if not chosen:
         return
     _passes[name] += 1
-    if _passes[name] >= int(nth or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+    for nth, signum in chosen:
+        if _passes[name] == nth:
+            os.kill(os.getpid(), signum)

@@ -15,7 +15,7 @@ from r3l.build import agent_limits, build_parts, eval_params, make_learner, refl
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
 from r3l.evaluate import held_out_evaluation, r3_table
-from r3l.errors import RunStopped, UserError
+from r3l.errors import Interrupted, RunStopped, UserError
 from r3l.experience import write_jsonl
 from r3l.faults import failpoint
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
@@ -74,13 +74,17 @@ class Trainer:
     def __init__(self, config: Config, run_dir: Path | None = None, resume: bool = False):
         check_algorithm_names(config)
         self.config = config
+        self.owns_run_dir = run_dir is None  # made here: removed again when the run ends with nothing to resume
         self.run_dir = run_dir if run_dir is not None else new_run_dir(config)
         try:
             self._build(config, resume)
-        except BaseException:
+        except BaseException as error:
             self.close()
-            if run_dir is None:  # a run that never started leaves no directory behind
+            if self.owns_run_dir:  # a run that never started leaves no directory behind
                 shutil.rmtree(self.run_dir, ignore_errors=True)
+            if isinstance(error, KeyboardInterrupt):
+                raise Interrupted(self.resume_hint() if resume else "the run had not started; nothing was kept") \
+                    from None
             raise
 
     def _build(self, config: Config, resume: bool) -> None:
@@ -251,7 +255,28 @@ class Trainer:
         raise RunStopped(f"{streak} updates in a row had a NaN/inf loss or gradient norm at step {self.step} "
                          f"(none was applied); {kept}. Lower train.lr, or try model.autocast_bf16=false")
 
+    def resume_hint(self) -> str:
+        return f"continue with: r3l train --resume {self.run_dir}"
+
     def run(self) -> dict[str, Any]:
+        """Train to train.steps; a first Ctrl-C (GracefulInterrupt) ends the step, checkpoints and returns a
+        summary with "interrupted"; any other raises Interrupted saying how to resume, or, with no checkpoint
+        yet (in the evaluation before training, say), removes the run directory this trainer made."""
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            raise Interrupted(self._after_interrupt()) from None
+
+    def _after_interrupt(self) -> str:
+        checkpoint = latest_checkpoint(self.run_dir)
+        if checkpoint is not None:
+            return f"{self.resume_hint()} (from its last checkpoint, {checkpoint.name})"
+        if self.owns_run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            return f"stopped before the first checkpoint, with nothing to resume: {self.run_dir} removed"
+        return f"stopped before the first checkpoint: {self.run_dir} has nothing to resume"
+
+    def _run(self) -> dict[str, Any]:
         config = self.config
         started = time.perf_counter()
         logging = config.logging
@@ -273,8 +298,7 @@ class Trainer:
                     if config.train.checkpoint_every and self.step % config.train.checkpoint_every == 0:
                         self.checkpoint()
             self.checkpoint()
-            if self.step < config.train.steps:
-                console.print(f"stopped at step {self.step}; continue with: r3l train --resume {self.run_dir}")
+            if self.step < config.train.steps:  # the CLI says how to resume
                 return {"run_dir": str(self.run_dir), "step": self.step, "interrupted": True}
             self.evaluate("after", logger)
             self.write_r3_table()

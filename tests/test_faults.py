@@ -1,6 +1,9 @@
 """Faults: kill -9 at exact points (mid-checkpoint, after the rollout, after the update) and at random times, then
 resume until done: the final weights equal an uninterrupted run's; damaged or mismatched checkpoints and a
-failing disk stop with one line."""
+failing disk stop with one line; every Ctrl-C is one line, exit status 130, and leaves a run that resumes or no
+directory at all."""
+import json
+import os
 import random
 import subprocess
 import sys
@@ -135,3 +138,56 @@ def test_a_full_disk_while_writing_metrics_is_one_line_and_the_run_resumes_after
     done = run_cli("train", "--resume", str(run_dir), "train.steps=3", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert load_trainer_state(latest_checkpoint(run_dir))["step"] == 3
+
+
+def interrupted(args, cwd, failpoint) -> subprocess.CompletedProcess:
+    """`r3l ARGS` with Ctrl-C (SIGINT) at the failpoints named (r3l/faults.py: NAME@N:INT, comma-separated)."""
+    return subprocess.run([sys.executable, "-m", "r3l.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "R3L_FAILPOINT": failpoint})
+
+
+def last_line(result: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    return result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("failpoint, checkpoint_every, kept", [
+    ("evaluation:INT", 1, None),  # in the held-out evaluation before training: nothing to resume
+    ("rollout_done@2:INT,update_done@2:INT", 0, None),  # twice in step 2, before any checkpoint
+    ("rollout_done@2:INT,update_done@2:INT", 1, "step_000001"),  # twice in step 2, after step 1's checkpoint
+    ("rollout_done@2:INT", 0, "step_000002"),  # once: step 2 finishes and is checkpointed
+    ("evaluation@2:INT", 0, "step_000003"),  # in the evaluation after training
+])
+def test_every_interrupt_is_one_line_exit_130_and_a_run_that_resumes_or_none(tmp_path, failpoint, checkpoint_every,
+                                                                              kept):
+    runs, run_dir = tmp_path / "runs", tmp_path / "runs" / "run"
+    result = interrupted(["train", *TINY[:-2], "train.steps=3", "eval.size=2",
+                          f"train.checkpoint_every={checkpoint_every}", f"run.dir={runs}", "run.name=run"],
+                         tmp_path, failpoint)
+    assert result.returncode == 130, result.stderr[-2000:]
+    last = last_line(result)
+    assert last.startswith("interrupted: ")
+    if kept is None:
+        assert not run_dir.exists() and f"{run_dir} removed" in last
+        return
+    assert f"continue with: r3l train --resume {run_dir}" in last
+    assert latest_checkpoint(run_dir).name == kept
+    resumed = run_cli("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads(resumed.stdout)["step"] == 3
+
+
+def test_an_interrupted_or_failed_eval_or_bench_leaves_no_directory(tmp_path):
+    runs = tmp_path / "runs"
+    small = ["model=tiny-random", "env=countdown", "generator.dtype=float32", "logging.progress=false",
+             "logging.tensorboard=false", f"run.dir={runs}"]
+    evaluation = interrupted(["eval", *small, "eval.size=2"], tmp_path, "evaluation:INT")
+    assert evaluation.returncode == 130 and last_line(evaluation) == "interrupted: nothing was written"
+    bench = [*small, "train.tasks_per_step=2", "sampling.group_size=4", "sampling.max_new_tokens=6",
+             "train.micro_batch_size=4", "--sections", "side_by_side", "--repeats", "1", "--warmup", "0"]
+    stopped = interrupted(["bench", *bench], tmp_path, "rollout_done:INT")
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    assert last_line(stopped) == "interrupted: no section had finished; nothing was kept"
+    failed = run_cli("bench", *bench, "--vs", "nope", cwd=tmp_path)
+    assert failed.returncode == 2 and last_line(failed).startswith("error: --vs nope")
+    assert not runs.exists() or not any(runs.iterdir()), sorted(runs.rglob("*"))

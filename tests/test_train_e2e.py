@@ -99,9 +99,11 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
         time.sleep(0.05)
     interrupted.send_signal(signal.SIGINT)  # Ctrl-C: finish the step, checkpoint, stop
     stdout, stderr = interrupted.communicate(timeout=300)
-    assert interrupted.returncode == 0, stderr
+    assert interrupted.returncode == 130, stderr  # told apart from a finished run
     stopped = json.loads(stdout)
     assert stopped["interrupted"] and 1 <= stopped["step"] < 4
+    assert stderr.strip().splitlines()[-1] == (f"interrupted: stopped after step {stopped['step']} of 4; "
+                                               f"continue with: r3l train --resume {tmp_path / 'split'}")
     assert (tmp_path / "split" / "checkpoints" / "latest").resolve().name == f"step_{stopped['step']:06d}"
 
     second = run_cli("train", "--resume", str(tmp_path / "split"), cwd=tmp_path)
