@@ -257,8 +257,22 @@ def main() -> None:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     limit_onednn_cache()
+    # click's exceptions (typer's own copy of click in typer 0.20 and later), found without naming the module
+    usage_error = next(kind for kind in typer.BadParameter.__mro__ if kind.__name__ == "ClickException")
     try:
-        app()
+        status = app(standalone_mode=False)  # so that r3l, not click, words a bad option: one `error: ` line
+    except usage_error as error:  # an unknown option or command, a bad option value, a missing argument
+        if type(error).__name__ == "NoArgsIsHelpError":  # `r3l` alone: the help, printed already
+            sys.exit(error.exit_code)
+        message = error.format_message().rstrip(".")
+        message = message[:1].lower() + message[1:] if message[1:2].islower() else message  # as r3l's own lines
+        context = getattr(error, "ctx", None)
+        see = f" (see {context.command_path} --help)" if context is not None else ""
+        typer.echo(f"error: {message}{see}", err=True)
+        sys.exit(error.exit_code)
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        sys.exit(1)
     except UserError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
@@ -273,6 +287,12 @@ def main() -> None:
     except Interrupted as interrupt:
         typer.echo(f"interrupted: {interrupt}" if str(interrupt) else "interrupted", err=True)
         sys.exit(130)
+    except KeyboardInterrupt:  # before typer runs
+        status = 130
+    if status == 130:  # typer's answer to a KeyboardInterrupt that no command turned into Interrupted
+        typer.echo("interrupted", err=True)
+    if isinstance(status, int) and status:
+        sys.exit(status)
 
 
 if __name__ == "__main__":

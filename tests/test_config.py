@@ -64,6 +64,11 @@ def test_missing_file_and_bad_yaml(tmp_path):
     (["eval", "model=./no/such/dir"], "unknown model"),
     (["train", "--resume", "/nonexistent/run"], "not a run directory"),
     (["report", "/nonexistent/run"], "not a directory"),
+    # typer's own usage errors, once a box titled "Error", now in r3l's style
+    (["train", "--bogus"], "no such option: --bogus"),
+    (["eval", "--attempts", "3"], "invalid value for '--attempts'"),
+    (["report"], "missing argument"),
+    (["nope"], "no such command 'nope'"),
 ])
 def test_cli_errors_exit_2_with_one_line(args, message, tmp_path):
     result = run_cli(*args, timeout=300, cwd=tmp_path)
