@@ -1,5 +1,6 @@
 """Build the run's parts (policy, environment, generator, strategy) from a validated config, and the policy as
 trained and its learner."""
+
 from __future__ import annotations
 
 import copy
@@ -49,10 +50,17 @@ def agent_limits(config: Config):
 
     a, s = config.agent, config.structured
     reply = ReplyFormat(a.action_tag, a.think_tag, think_chars(config)) if s.replies else None
-    return AgentLimits(max_turns=a.max_turns, max_context_tokens=a.max_context_tokens,
-                       terminate_on=tuple(a.terminate_on), repeat_limit=a.repeat_limit, action_tag=a.action_tag,
-                       think_tag=a.think_tag, env_workers=a.env_workers, structured=reply,
-                       env_timeout=a.env_timeout)
+    return AgentLimits(
+        max_turns=a.max_turns,
+        max_context_tokens=a.max_context_tokens,
+        terminate_on=tuple(a.terminate_on),
+        repeat_limit=a.repeat_limit,
+        action_tag=a.action_tag,
+        think_tag=a.think_tag,
+        env_workers=a.env_workers,
+        structured=reply,
+        env_timeout=a.env_timeout,
+    )
 
 
 def think_chars(config: Config) -> int | None:
@@ -112,9 +120,18 @@ def trainable_policy(config: Config, model):
 def make_learner(config: Config, model, tokenizer, ref_model, ranks=None) -> Learner:
     from r3l.learner.learner import Learner
 
-    return Learner(model, tokenizer, config.algorithm, config.train, temperature=config.sampling.temperature,
-                   autocast_bf16=autocast_bf16(config), ref_model=ref_model, total_steps=config.train.steps,
-                   gradient_checkpointing=config.model.gradient_checkpointing, ranks=ranks)
+    return Learner(
+        model,
+        tokenizer,
+        config.algorithm,
+        config.train,
+        temperature=config.sampling.temperature,
+        autocast_bf16=autocast_bf16(config),
+        ref_model=ref_model,
+        total_steps=config.train.steps,
+        gradient_checkpointing=config.model.gradient_checkpointing,
+        ranks=ranks,
+    )
 
 
 def make_generator(config: Config, model, tokenizer) -> Generator:
@@ -122,12 +139,18 @@ def make_generator(config: Config, model, tokenizer) -> Generator:
     g = config.generator
     cls = GENERATORS.get(g.name)
     accepted = inspect.signature(cls.__init__).parameters
-    settings: dict[str, Any] = {"prefill_chunk": g.prefill_chunk, "engine_args": g.engine_args, "sleep": g.sleep,
-                                "decode": g.decode}
+    settings: dict[str, Any] = {
+        "prefill_chunk": g.prefill_chunk,
+        "engine_args": g.engine_args,
+        "sleep": g.sleep,
+        "decode": g.decode,
+    }
     for name, value in settings.items():
         if name not in accepted and value != type(g).model_fields[name].default:
-            raise UserError(f"generator '{g.name}' has no setting generator.{name}; remove it (or choose the "
-                            "generator it belongs to: r3l config shows each setting's generator)")
+            raise UserError(
+                f"generator '{g.name}' has no setting generator.{name}; remove it (or choose the "
+                "generator it belongs to: r3l config shows each setting's generator)"
+            )
     settings["dtype"] = DTYPES[generator_dtype(config)]
     return cls(model, tokenizer, **{name: value for name, value in settings.items() if name in accepted})
 
@@ -142,14 +165,19 @@ def stop_strings(config: Config) -> tuple[str, ...]:
 
 def sampling_params(config: Config, seed: int | None) -> SamplingParams:
     s = config.sampling
-    return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens,
-                          stop=stop_strings(config), seed=seed)
+    return SamplingParams(
+        temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, stop=stop_strings(config), seed=seed
+    )
 
 
 def eval_params(config: Config) -> SamplingParams:
-    return SamplingParams(temperature=config.eval.temperature, top_p=1.0,
-                          max_new_tokens=config.eval.max_new_tokens or config.sampling.max_new_tokens,
-                          stop=stop_strings(config), seed=config.eval.seed)
+    return SamplingParams(
+        temperature=config.eval.temperature,
+        top_p=1.0,
+        max_new_tokens=config.eval.max_new_tokens or config.sampling.max_new_tokens,
+        stop=stop_strings(config),
+        seed=config.eval.seed,
+    )
 
 
 def reflection_prompts(config: Config):
@@ -173,12 +201,16 @@ def build_parts(config: Config) -> Parts:
     make_env = env_factory(config)
     model, tokenizer = load_model(config)
     generator = make_generator(config, model, tokenizer)
-    context = ExploreContext(make_env=make_env, generator=generator, tokenizer=tokenizer,
-                             sampling=sampling_params(config, seed=config.run.seed * 100_003),
-                             group_size=config.sampling.group_size, prompt_format=PromptFormat.from_config(config.env),
-                             limits=agent_limits(config),
-                             report_field_chars=config.structured.report_field_chars if config.structured.reports
-                             else None)
+    context = ExploreContext(
+        make_env=make_env,
+        generator=generator,
+        tokenizer=tokenizer,
+        sampling=sampling_params(config, seed=config.run.seed * 100_003),
+        group_size=config.sampling.group_size,
+        prompt_format=PromptFormat.from_config(config.env),
+        limits=agent_limits(config),
+        report_field_chars=config.structured.report_field_chars if config.structured.reports else None,
+    )
     try:
         strategy = make_strategy(config.algorithm.strategy, context, **config.algorithm.strategy_args)
     except TypeError as error:

@@ -1,4 +1,5 @@
 """The `r3l` command line: train, eval, rollout, envs, report, config."""
+
 from __future__ import annotations
 
 import functools
@@ -13,8 +14,12 @@ import typer
 
 from r3l.errors import Interrupted, RunStopped, UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Reinforcement learning for language models that learn from their own failures.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Reinforcement learning for language models that learn from their own failures.",
+)
 
 ARGS_HELP = "An optional CONFIG (YAML path or preset name) followed by key.sub=value overrides."
 
@@ -22,6 +27,7 @@ ARGS_HELP = "An optional CONFIG (YAML path or preset name) followed by key.sub=v
 def interruptible(what_is_kept: str):
     """Ctrl-C in the command: one line that says `what_is_kept` (elsewhere the line just says "interrupted";
     train and bench say what they kept by raising Interrupted themselves)."""
+
     def decorator(command):
         @functools.wraps(command)
         def run(*args, **kwargs):
@@ -61,8 +67,12 @@ def checked(config):
 @app.command()
 def train(
     args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint."),
-    dump_experiences: bool = typer.Option(False, "--dump-experiences", help="Write every step's experiences as JSONL into RUN/experiences/."),
+    resume: Optional[Path] = typer.Option(
+        None, "--resume", help="Continue the run in this directory from its last checkpoint."
+    ),
+    dump_experiences: bool = typer.Option(
+        False, "--dump-experiences", help="Write every step's experiences as JSONL into RUN/experiences/."
+    ),
 ):
     """Train a policy (default: GRPO on the embedded SmolLM2-135M, arithmetic task)."""
     from r3l.config import load_config
@@ -94,8 +104,9 @@ def evaluate_command(
     args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
     model: Optional[str] = typer.Option(None, "--model", help="Alias, local path, run directory or hub id."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for eval.json (default: a new run directory)."),
-    attempts: Optional[int] = typer.Option(None, "--attempts", min=1, max=2,
-                                           help="2: first try, then a reflection and a second try on failures (R3)."),
+    attempts: Optional[int] = typer.Option(
+        None, "--attempts", min=1, max=2, help="2: first try, then a reflection and a second try on failures (R3)."
+    ),
 ):
     """Held-out success rate of a model on a task's test split, with a 95% confidence interval."""
     extra = [f"model.name={model}"] if model else []
@@ -109,17 +120,31 @@ def evaluate_command(
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
     tasks = list(make_env().tasks("test"))[: config.eval.size]
-    record, summary, _ = held_out_evaluation(tasks, make_env, generator, tokenizer, eval_params(config),
-                                             PromptFormat.from_config(config.env), config.eval.attempts,
-                                             reflection_prompts(config), agent_limits(config),
-                                             config.eval.reflection_max_new_tokens)
+    record, summary, _ = held_out_evaluation(
+        tasks,
+        make_env,
+        generator,
+        tokenizer,
+        eval_params(config),
+        PromptFormat.from_config(config.env),
+        config.eval.attempts,
+        reflection_prompts(config),
+        agent_limits(config),
+        config.eval.reflection_max_new_tokens,
+    )
     made = out is None or not out.exists()
-    out_dir = out or new_run_dir(config.model_copy(update={"run": config.run.model_copy(
-        update={"name": f"eval-{config.env.name}-{Path(config.model.name).name}"})}))
+    out_dir = out or new_run_dir(
+        config.model_copy(
+            update={
+                "run": config.run.model_copy(update={"name": f"eval-{config.env.name}-{Path(config.model.name).name}"})
+            }
+        )
+    )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "eval.json").write_text(json.dumps({"model": config.model.name, "env": config.env.name, **record},
-                                                      indent=1))
+        (out_dir / "eval.json").write_text(
+            json.dumps({"model": config.model.name, "env": config.env.name, **record}, indent=1)
+        )
     except BaseException:  # a full disk, a Ctrl-C: no directory without its eval.json
         if made:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -135,8 +160,12 @@ def rollout(
     tasks: int = typer.Option(2, "--tasks", min=1, help="How many training tasks to roll out."),
     show: bool = typer.Option(True, "--show/--no-show", help="Print the experiences with their trained spans."),
     env: Optional[str] = typer.Option(None, "--env", help="Environment (same as env=NAME)."),
-    strategy: Optional[str] = typer.Option(None, "--strategy", "--algorithm",
-                                           help="Algorithm preset, e.g. r3l, grpo, reflect_grpo (same as algorithm=NAME)."),
+    strategy: Optional[str] = typer.Option(
+        None,
+        "--strategy",
+        "--algorithm",
+        help="Algorithm preset, e.g. r3l, grpo, reflect_grpo (same as algorithm=NAME).",
+    ),
 ):
     """Generate experiences for a few tasks without training (see exactly what would be trained)."""
     config = load(args, first=[*([f"env={env}"] if env else []), *([f"algorithm={strategy}"] if strategy else [])])
@@ -159,27 +188,42 @@ def rollout(
         show_experiences(experiences, parts.tokenizer)
     if dump is not None:
         write_jsonl(experiences, dump)
-    typer.echo(json.dumps({"experiences": len(experiences), **({"dump": str(dump)} if dump else {}), **metrics}, indent=1))
+    typer.echo(
+        json.dumps({"experiences": len(experiences), **({"dump": str(dump)} if dump else {}), **metrics}, indent=1)
+    )
 
 
 @app.command()
 def bench(
     args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
     vs: Optional[str] = typer.Option(None, "--vs", help="Also run this trainer side by side at equal work: trl."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Directory for bench.json and bench.md (default: a new run directory)."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Directory for bench.json and bench.md (default: a new run directory)."
+    ),
     repeats: int = typer.Option(5, "--repeats", min=1, help="Measured steps per side (after the warm-up)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Unmeasured steps per side first."),
     sections: Optional[str] = typer.Option(None, "--sections", help="Comma-separated sections (default: all)."),
-    trl_generator: str = typer.Option("auto", "--trl-generator", help="TRL's generation: hf, vllm (its colocate "
-                                      "mode, CUDA only) or auto (vllm where it can run)."),
+    trl_generator: str = typer.Option(
+        "auto",
+        "--trl-generator",
+        help="TRL's generation: hf, vllm (its colocate mode, CUDA only) or auto (vllm where it can run).",
+    ),
 ):
     """Speed of a GRPO step side by side with TRL and against the machine's limits -> bench.json, bench.md."""
     config = load(args)
     from r3l.bench.run import run_bench
 
     command = " ".join(["r3l", *sys.argv[1:]])
-    out_dir, markdown = run_bench(config, vs=vs, out=out, repeats=repeats, warmup=warmup, sections=sections,
-                                  command=command, trl_generator=trl_generator)
+    out_dir, markdown = run_bench(
+        config,
+        vs=vs,
+        out=out,
+        repeats=repeats,
+        warmup=warmup,
+        sections=sections,
+        command=command,
+        trl_generator=trl_generator,
+    )
     typer.echo(markdown + f"\nwritten: {out_dir / 'bench.json'}, {out_dir / 'bench.md'}")
 
 
@@ -215,13 +259,21 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory written by 
 @app.command()
 @interruptible("run the same command again to continue the comparison")
 def compare(
-    args: Optional[List[str]] = typer.Argument(None, help="Configs to compare (YAML files or algorithm presets such "
-                                               "as grpo, r3l), then key=value overrides for every run."),
+    args: Optional[List[str]] = typer.Argument(
+        None,
+        help="Configs to compare (YAML files or algorithm presets such "
+        "as grpo, r3l), then key=value overrides for every run.",
+    ),
     seeds: str = typer.Option("3", "--seeds", help="A count (3: seeds 0-2) or a list (0,4,7)."),
-    base: Optional[str] = typer.Option(None, "--base", help="The config algorithm presets are applied to "
-                                       "(default: the default job's)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder of the comparison (default: runs/compare-ENV-TIME); "
-                                       "give an earlier one, without configs, to continue it."),
+    base: Optional[str] = typer.Option(
+        None, "--base", help="The config algorithm presets are applied to (default: the default job's)."
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help="Folder of the comparison (default: runs/compare-ENV-TIME); "
+        "give an earlier one, without configs, to continue it.",
+    ),
     parallel: int = typer.Option(1, "--parallel", min=1, help="Runs at once (each its own process)."),
     table_only: bool = typer.Option(False, "--table-only", help="Only rebuild the table and plot from the runs."),
 ):
@@ -234,8 +286,10 @@ def compare(
     folder, markdown, failed = run_compare(names, overrides, seeds, base, out, parallel, table_only)
     typer.echo(markdown + f"\nwritten: {folder / 'compare.md'}, {folder / 'compare.csv'}, {folder / 'compare.png'}")
     if failed:
-        raise RunStopped(f"{failed} run(s) failed (their logs are beside their folders in {folder}); run the same "
-                         "command again to retry them")
+        raise RunStopped(
+            f"{failed} run(s) failed (their logs are beside their folders in {folder}); run the same "
+            "command again to retry them"
+        )
 
 
 @app.command()
@@ -247,8 +301,9 @@ def config(args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP)):
     from r3l.envs.arguments import default_arguments
 
     resolved = load(args)
-    env = resolved.env.model_copy(update={"args": {**default_arguments(env_class(resolved.env.name)),
-                                                   **resolved.env.args}})
+    env = resolved.env.model_copy(
+        update={"args": {**default_arguments(env_class(resolved.env.name)), **resolved.env.args}}
+    )
     typer.echo(dump_config(resolved.model_copy(update={"env": env})), nl=False)
 
 
@@ -281,8 +336,11 @@ def main() -> None:
         sys.exit(1)
     except OSError as error:  # a full disk, an unwritable or vanished run directory: nothing the run can fix
         where = f" ({error.filename})" if error.filename else ""
-        typer.echo(f"error: {error.strerror or error}{where}; the last complete checkpoint is kept: free space or "
-                   "fix the directory, then continue with r3l train --resume RUN_DIR", err=True)
+        typer.echo(
+            f"error: {error.strerror or error}{where}; the last complete checkpoint is kept: free space or "
+            "fix the directory, then continue with r3l train --resume RUN_DIR",
+            err=True,
+        )
         sys.exit(1)
     except Interrupted as interrupt:
         typer.echo(f"interrupted: {interrupt}" if str(interrupt) else "interrupted", err=True)

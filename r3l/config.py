@@ -1,4 +1,5 @@
 """Typed run configuration: YAML file + dotted command-line overrides, validated by pydantic."""
+
 from __future__ import annotations
 
 import copy
@@ -35,8 +36,10 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = Field("auto", description="auto (cuda when available, else cpu), cpu, cuda, cuda:N")
     autocast_bf16: bool | Literal["auto"] = Field(
-        "auto", description="train under bf16 autocast (fp32 master weights); auto: where bf16 is native (a GPU, "
-        "a CPU with AVX512-BF16 or AMX), else fp32")
+        "auto",
+        description="train under bf16 autocast (fp32 master weights); auto: where bf16 is native (a GPU, "
+        "a CPU with AVX512-BF16 or AMX), else fp32",
+    )
     gradient_checkpointing: bool = False
     lora: LoraConfig = LoraConfig()
     _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
@@ -58,16 +61,24 @@ class EnvConfig(Section):
 class GeneratorConfig(Section):
     name: str = "hf"
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="generation dtype; auto: bfloat16 where bf16 is native (a GPU, a CPU with AVX512-BF16 "
-        "or AMX), else float32")
+        "auto",
+        description="generation dtype; auto: bfloat16 where bf16 is native (a GPU, a CPU with AVX512-BF16 "
+        "or AMX), else float32",
+    )
     prefill_chunk: int = Field(64, gt=0, description="hf: prompts prefilled together")
     decode: Literal["dynamic", "static", "compiled"] = Field(
-        "dynamic", description="hf: KV cache of the decode loop: dynamic (drops finished rows), static "
-        "(preallocated), compiled (static + torch.compile, CUDA graphs on a GPU)")
-    engine_args: dict[str, Any] = Field({}, description="vllm: arguments of vllm.LLM (max_model_len, "
-                                        "gpu_memory_utilization, enforce_eager, ...)")
-    sleep: Literal["auto"] | bool = Field("auto", description="vllm: free the engine's memory while the learner "
-                                          "trains (true, false, or auto: where vLLM supports it, CUDA)")
+        "dynamic",
+        description="hf: KV cache of the decode loop: dynamic (drops finished rows), static "
+        "(preallocated), compiled (static + torch.compile, CUDA graphs on a GPU)",
+    )
+    engine_args: dict[str, Any] = Field(
+        {}, description="vllm: arguments of vllm.LLM (max_model_len, gpu_memory_utilization, enforce_eager, ...)"
+    )
+    sleep: Literal["auto"] | bool = Field(
+        "auto",
+        description="vllm: free the engine's memory while the learner "
+        "trains (true, false, or auto: where vLLM supports it, CUDA)",
+    )
     _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
 
 
@@ -85,29 +96,46 @@ class AgentConfig(Section):
     max_turns: int = Field(30, gt=0, description="assistant turns per episode (the environment may stop sooner)")
     max_context_tokens: int = Field(4096, gt=0, description="an episode stops before its context would pass this")
     terminate_on: list[Literal["format_error", "inadmissible", "repeated_action"]] = Field(
-        ["format_error", "inadmissible", "repeated_action"], description="early stops, each counted in the metrics")
+        ["format_error", "inadmissible", "repeated_action"], description="early stops, each counted in the metrics"
+    )
     repeat_limit: int = Field(3, ge=2, description="the same action this many times in a row stops the episode")
     action_tag: str = Field("action", min_length=1)
     think_tag: str = Field("think", min_length=1)
     stop_after_action: bool = Field(True, description="end a turn at </action> (tagged environments)")
     env_workers: int = Field(16, gt=0, description="simulator instances alive at once (episodes in flight)")
-    env_timeout: float | None = Field(None, gt=0, description="seconds a simulator may take to answer one reset, "
-                                         "replay or step before it is killed and the episode ends as env_error "
-                                         "(null: wait forever)")
+    env_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="seconds a simulator may take to answer one reset, "
+        "replay or step before it is killed and the episode ends as env_error "
+        "(null: wait forever)",
+    )
 
 
 class StructuredConfig(Section):
     """Structured decoding (xgrammar, with generator hf or vllm). Off by default, as in the papers: free text."""
 
-    reports: bool = Field(False, description="R3L reflections decoded under the report's JSON schema (every key, "
-                          "trajectory_outcome one of its three words, retry_from_step an integer inside the episode)")
-    replies: bool = Field(False, description="each reply decoded under its environment's grammar: text games "
-                          "<think> free then <action> one of the admissible actions; arithmetic <answer> a number")
-    report_field_chars: int = Field(300, gt=0, description="longest text field of a structured report (R3L lowers "
-                                    "it so that a report always fits reflection_max_new_tokens)")
+    reports: bool = Field(
+        False,
+        description="R3L reflections decoded under the report's JSON schema (every key, "
+        "trajectory_outcome one of its three words, retry_from_step an integer inside the episode)",
+    )
+    replies: bool = Field(
+        False,
+        description="each reply decoded under its environment's grammar: text games "
+        "<think> free then <action> one of the admissible actions; arithmetic <answer> a number",
+    )
+    report_field_chars: int = Field(
+        300,
+        gt=0,
+        description="longest text field of a structured report (R3L lowers "
+        "it so that a report always fits reflection_max_new_tokens)",
+    )
     think_chars: int | Literal["auto"] | None = Field(
-        "auto", description="longest free text before a structured action or answer: auto = half the reply's "
-        "max_new_tokens, so the action always fits after it (a token holds at least one character); null: unbounded")
+        "auto",
+        description="longest free text before a structured action or answer: auto = half the reply's "
+        "max_new_tokens, so the action always fits after it (a token holds at least one character); null: unbounded",
+    )
 
 
 class AlgorithmConfig(Section):
@@ -123,15 +151,22 @@ class AlgorithmConfig(Section):
     kl_estimator: str = "k3"
     updates_per_batch: int = Field(1, gt=0, description="optimizer passes over each batch (PPO epochs)")
     sft_loss: Literal["policy_loss", "nll"] = Field(
-        "policy_loss", description="how SFT-objective samples (R3L's auxiliary SFT) train: policy_loss = the "
+        "policy_loss",
+        description="how SFT-objective samples (R3L's auxiliary SFT) train: policy_loss = the "
         "policy loss with advantage = their weight, one normaliser with the rest (R3L's code); nll = weighted "
-        "NLL with its own normaliser")
+        "NLL with its own normaliser",
+    )
     rollout_correction: str = Field(
-        "none", description="importance-sampling correction for the generator/learner log-prob mismatch on policy "
-        "samples: none | tis (weights min(pi/mu, C)) | mis (weights pi/mu, tokens with pi/mu > C dropped)")
+        "none",
+        description="importance-sampling correction for the generator/learner log-prob mismatch on policy "
+        "samples: none | tis (weights min(pi/mu, C)) | mis (weights pi/mu, tokens with pi/mu > C dropped)",
+    )
     rollout_correction_threshold: float = Field(
-        2.0, gt=1, description="C: tis truncates the weights at C, mis drops tokens whose ratio exceeds C; the "
-        "mismatch metrics count tokens whose ratio leaves [1/C, C]")
+        2.0,
+        gt=1,
+        description="C: tis truncates the weights at C, mis drops tokens whose ratio exceeds C; the "
+        "mismatch metrics count tokens whose ratio leaves [1/C, C]",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -153,15 +188,29 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(16, gt=0)
     grad_clip: float = Field(1.0, gt=0)
     share_prefix: bool = Field(True, description="compute a prompt shared by a group once per micro-batch")
-    skip_zero_advantage: bool = Field(True, description="skip experiences whose gradient is exactly zero "
-                                      "(advantage 0 with an advantage-weighted loss and no KL)")
+    skip_zero_advantage: bool = Field(
+        True,
+        description="skip experiences whose gradient is exactly zero "
+        "(advantage 0 with an advantage-weighted loss and no KL)",
+    )
     checkpoint_every: int = Field(10, ge=0, description="steps between checkpoints; 0 = only at the end")
-    keep_checkpoints: int = Field(1, gt=0, description="newest checkpoints kept; only the newest keeps the "
-                                  "optimizer state (resume), older ones keep their weights (eval)")
-    release_free_memory: bool = Field(True, description="hand the allocator's free pages back to the system after "
-                                      "each step (glibc malloc_trim), so resident memory shows what the run holds")
-    max_nonfinite_updates: int = Field(3, gt=0, description="stop the run after this many updates in a row whose "
-                                       "loss or gradient norm was NaN/inf (each is dropped, never applied)")
+    keep_checkpoints: int = Field(
+        1,
+        gt=0,
+        description="newest checkpoints kept; only the newest keeps the "
+        "optimizer state (resume), older ones keep their weights (eval)",
+    )
+    release_free_memory: bool = Field(
+        True,
+        description="hand the allocator's free pages back to the system after "
+        "each step (glibc malloc_trim), so resident memory shows what the run holds",
+    )
+    max_nonfinite_updates: int = Field(
+        3,
+        gt=0,
+        description="stop the run after this many updates in a row whose "
+        "loss or gradient norm was NaN/inf (each is dropped, never applied)",
+    )
 
 
 class EvalConfig(Section):
@@ -174,7 +223,9 @@ class EvalConfig(Section):
     # R3's two-attempt evaluation (attempts=2); its own settings, whatever the training strategy
     reflect_prompt: str | None = Field(None, description="attempts=2: text file replacing R3's reflection instruction")
     retry_prompt: str | None = Field(None, description="attempts=2: text file replacing R3's retry instruction")
-    include_feedback: bool = Field(False, description="attempts=2: put the verifier's feedback in the reflection prompt")
+    include_feedback: bool = Field(
+        False, description="attempts=2: put the verifier's feedback in the reflection prompt"
+    )
     reflection_max_new_tokens: int = Field(128, gt=0, description="attempts=2: length limit of the reflection")
 
 
@@ -188,30 +239,49 @@ class LoggingConfig(Section):
 class DistributedConfig(Section):
     """Scale-out. Left at its defaults, everything runs in one process."""
 
-    rollout_workers: int = Field(0, ge=0, description="Ray actors that explore shards of each batch (0: the "
-                                 "training process explores)")
-    learner_ranks: int = Field(1, ge=1, description="processes the learner is sharded across with FSDP2 (gloo on "
-                               "CPU, NCCL on GPUs: one GPU each); 1: the training process alone")
-    sharded_checkpoints: bool = Field(False, description="learner_ranks > 1: each rank saves its shards of the "
-                                      "policy and optimizer (torch.distributed.checkpoint) instead of gathering the "
-                                      "optimizer on rank 0; the weights are still written whole, for r3l eval")
-    ray_address: str | None = Field(None, description="an existing Ray cluster (auto, or ray://HOST:PORT); "
-                                    "default: start a local one")
+    rollout_workers: int = Field(
+        0, ge=0, description="Ray actors that explore shards of each batch (0: the training process explores)"
+    )
+    learner_ranks: int = Field(
+        1,
+        ge=1,
+        description="processes the learner is sharded across with FSDP2 (gloo on "
+        "CPU, NCCL on GPUs: one GPU each); 1: the training process alone",
+    )
+    sharded_checkpoints: bool = Field(
+        False,
+        description="learner_ranks > 1: each rank saves its shards of the "
+        "policy and optimizer (torch.distributed.checkpoint) instead of gathering the "
+        "optimizer on rank 0; the weights are still written whole, for r3l eval",
+    )
+    ray_address: str | None = Field(
+        None, description="an existing Ray cluster (auto, or ray://HOST:PORT); default: start a local one"
+    )
     worker_cpus: float = Field(1.0, gt=0, description="CPUs per rollout worker (also its torch threads)")
     worker_gpus: float = Field(0.0, ge=0, description="GPUs per rollout worker (fractions share one)")
     placement: Literal["pack", "spread", "strict_spread"] = Field(
-        "pack", description="how Ray places the rollout workers on a cluster's nodes (a placement group: pack = "
-        "as few nodes as fit, spread = across nodes where possible, strict_spread = one node each)")
+        "pack",
+        description="how Ray places the rollout workers on a cluster's nodes (a placement group: pack = "
+        "as few nodes as fit, spread = across nodes where possible, strict_spread = one node each)",
+    )
     weight_sync: Literal["object_store", "broadcast"] = Field(
-        "object_store", description="how weights reach the rollout workers: Ray's object store (one copy per "
-        "node), or a bucketed broadcast over a gloo process group of the trainer and the workers")
-    on_worker_failure: Literal["fail", "retry"] = Field("fail", description="a worker that dies or times out: "
-                                                        "stop the run, or replace it and rerun its shard once")
-    worker_timeout_s: float = Field(1800.0, gt=0, description="a worker's start, weight sync or shard must "
-                                    "finish within this")
-    max_staleness: int = Field(0, ge=0, description="S: explore the next S batches while the learner trains "
-                               "(needs rollout_workers); no batch is trained more than S updates after the weights "
-                               "it was explored with. 0: synchronous")
+        "object_store",
+        description="how weights reach the rollout workers: Ray's object store (one copy per "
+        "node), or a bucketed broadcast over a gloo process group of the trainer and the workers",
+    )
+    on_worker_failure: Literal["fail", "retry"] = Field(
+        "fail", description="a worker that dies or times out: stop the run, or replace it and rerun its shard once"
+    )
+    worker_timeout_s: float = Field(
+        1800.0, gt=0, description="a worker's start, weight sync or shard must finish within this"
+    )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="S: explore the next S batches while the learner trains "
+        "(needs rollout_workers); no batch is trained more than S updates after the weights "
+        "it was explored with. 0: synchronous",
+    )
 
 
 class RunConfig(Section):
@@ -333,7 +403,7 @@ def format_validation_error(error: ValidationError) -> str:
         return f"unknown config key '{where}'; check the spelling (see `r3l config` for every key)"
     message = first["msg"]
     if message.startswith("Value error, "):
-        message = message[len("Value error, "):]
+        message = message[len("Value error, ") :]
     got = first.get("input")
     shown = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
     return f"config error at '{where}': {message}{shown}"
@@ -351,8 +421,9 @@ def merge_trees(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         below = merged.get(key)
         if key in SECTIONS_WITH_SHORTHAND:
             below, value = _name_shorthand(below), _name_shorthand(value)
-        merged[key] = (merge_trees(below, value) if isinstance(below, dict) and isinstance(value, dict)
-                       else copy.deepcopy(value))
+        merged[key] = (
+            merge_trees(below, value) if isinstance(below, dict) and isinstance(value, dict) else copy.deepcopy(value)
+        )
     return merged
 
 

@@ -1,5 +1,6 @@
 """Readable, coloured printing of experiences: trained tokens highlighted, the rest dimmed; R3L's
 reflection report, pivot and guidance shown with the episode they belong to."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,11 @@ def header(experience: Experience) -> str:
         parts.append(f"objective={experience.objective}")
     if "run" in meta:
         parts.append(f"run={meta['run']}")
-    parts += [f"reward={experience.reward:.3f}", f"advantage={experience.advantage:+.3f}",
-              f"trained_tokens={experience.num_trained_tokens}"]
+    parts += [
+        f"reward={experience.reward:.3f}",
+        f"advantage={experience.advantage:+.3f}",
+        f"trained_tokens={experience.num_trained_tokens}",
+    ]
     if experience.pivot is not None:
         parts.append(f"[bold red]pivot={experience.pivot}[/]")
     for key in ("steps", "termination", "improved", "sft_of"):
@@ -50,11 +54,15 @@ def show_notes(experience: Experience) -> None:
     if "report" in meta:
         console.print(Text("reflection report: ", style="bold blue") + Text(json.dumps(meta["report"], indent=1)))
     elif "report_error" in meta:
-        console.print(Text(f"reflection rejected ({meta['report_error']}): ", style="bold red")
-                      + Text(str(meta.get("reflection", ""))[:400]))
+        console.print(
+            Text(f"reflection rejected ({meta['report_error']}): ", style="bold red")
+            + Text(str(meta.get("reflection", ""))[:400])
+        )
     if meta.get("guidance") and experience.kind == "retry":
-        console.print(Text("guidance (used while generating; not in the stored tokens): ", style="bold yellow")
-                      + Text(meta["guidance"]))
+        console.print(
+            Text("guidance (used while generating; not in the stored tokens): ", style="bold yellow")
+            + Text(meta["guidance"])
+        )
 
 
 def show_experiences(experiences: Sequence[Experience], tokenizer) -> None:

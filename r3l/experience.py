@@ -1,4 +1,5 @@
 """The experience record every strategy emits and every learner consumes (see docs/DESIGN.md)."""
+
 from __future__ import annotations
 
 import json

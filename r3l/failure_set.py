@@ -3,6 +3,7 @@
 Each query is tried with up to `max_samples` first attempts (in rounds); the first failing attempt is
 kept. One JSON line per tried query, so an interrupted build resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,18 +31,31 @@ class FailureSet:
         return self.successes / self.samples if self.samples else 0.0
 
     def counts(self) -> dict[str, float]:
-        return {"failure_set/tried": self.tried, "failure_set/solved": self.solved, "failure_set/kept": len(self.tasks),
-                "failure_set/first_try_success": self.first_try_success}
+        return {
+            "failure_set/tried": self.tried,
+            "failure_set/solved": self.solved,
+            "failure_set/kept": len(self.tasks),
+            "failure_set/first_try_success": self.first_try_success,
+        }
 
 
 def task_with_attempt(task: Task, index: int, attempt: dict) -> Task:
-    return Task(id=task.id, prompt=task.prompt, answer=task.answer,
-                data={**task.data, "train_index": index, "first_attempt": attempt})
+    return Task(
+        id=task.id,
+        prompt=task.prompt,
+        answer=task.answer,
+        data={**task.data, "train_index": index, "first_attempt": attempt},
+    )
 
 
 def failure_task(task: Task, index: int, completion: Completion, feedback: str) -> Task:
-    attempt = {"tokens": completion.tokens, "logprobs": completion.logprobs, "text": completion.text,
-               "finish_reason": completion.finish_reason, "feedback": feedback}
+    attempt = {
+        "tokens": completion.tokens,
+        "logprobs": completion.logprobs,
+        "text": completion.text,
+        "finish_reason": completion.finish_reason,
+        "feedback": feedback,
+    }
     return task_with_attempt(task, index, attempt)
 
 
@@ -68,10 +82,22 @@ def _add(result: FailureSet, record: dict, tasks: Sequence[Task]) -> None:
         result.solved += 1
 
 
-def build_failure_set(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
-                      params: SamplingParams, prompt_format: PromptFormat, *, max_samples: int, round_size: int = 8,
-                      queries_per_batch: int = 16, max_queries: int | None = None, target: int | None = None,
-                      path: Path | None = None, limits: AgentLimits = AgentLimits()) -> FailureSet:
+def build_failure_set(
+    tasks: Sequence[Task],
+    make_env: Callable[[], Env],
+    generator: Generator,
+    tokenizer,
+    params: SamplingParams,
+    prompt_format: PromptFormat,
+    *,
+    max_samples: int,
+    round_size: int = 8,
+    queries_per_batch: int = 16,
+    max_queries: int | None = None,
+    target: int | None = None,
+    path: Path | None = None,
+    limits: AgentLimits = AgentLimits(),
+) -> FailureSet:
     """Try queries in order until `max_queries` are tried or `target` failures are kept."""
     result = FailureSet()
     done: set[int] = set()
@@ -87,17 +113,30 @@ def build_failure_set(tasks: Sequence[Task], make_env: Callable[[], Env], genera
     for start in range(0, len(todo), queries_per_batch):
         if target is not None and len(result.tasks) >= target:
             break
-        batch = todo[start:start + queries_per_batch]
+        batch = todo[start : start + queries_per_batch]
         samples = {i: 0 for i in batch}
         successes = {i: 0 for i in batch}
         kept: dict[int, Task] = {}
         open_queries = list(batch)
         while open_queries:
             size = min(round_size, max_samples - samples[open_queries[0]])
-            round_params = SamplingParams(params.temperature, params.top_p, params.max_new_tokens, params.stop,
-                                          seed + start * 7919 + samples[open_queries[0]])
-            rows = first_attempts([tasks[i] for i in open_queries], make_env, generator, tokenizer, round_params,
-                                  prompt_format, n=size, limits=limits)
+            round_params = SamplingParams(
+                params.temperature,
+                params.top_p,
+                params.max_new_tokens,
+                params.stop,
+                seed + start * 7919 + samples[open_queries[0]],
+            )
+            rows = first_attempts(
+                [tasks[i] for i in open_queries],
+                make_env,
+                generator,
+                tokenizer,
+                round_params,
+                prompt_format,
+                n=size,
+                limits=limits,
+            )
             still_open = []
             for index, row in zip(open_queries, rows):
                 for attempt in row:

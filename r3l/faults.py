@@ -2,6 +2,7 @@
 environment variable R3L_FAILPOINT names that point (optionally `name@N`: on its N-th pass), so a test can stop a
 run at an exact moment (mid-checkpoint, between rollout and update) as `kill -9` would; `name@N:INT` sends SIGINT
 instead (a Ctrl-C at that moment), and several points may be given, comma-separated. A no-op otherwise."""
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ oneDNN's primitive cache (CPU bf16 matmuls: one kernel per shape, and training s
 kept by default); keeping `ONEDNN_CACHE_CAPACITY` halved the growth, and step time stayed within this machine's
 noise (median 6.1 s vs 6.3 s side by side).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -72,7 +73,7 @@ def rss_growth(rss: Sequence[float], warmup_fraction: float = 0.1) -> float:
     window = max(1, int(len(rss) * warmup_fraction))
     if len(rss) < 3 * window:
         raise ValueError(f"{len(rss)} samples are too few to tell warm-up, early and late apart")
-    early, late = sorted(rss[window:2 * window]), sorted(rss[-window:])
+    early, late = sorted(rss[window : 2 * window]), sorted(rss[-window:])
     return _median(late) / _median(early) - 1.0
 
 

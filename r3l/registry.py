@@ -1,4 +1,5 @@
 """A small name -> object registry used for environments, algorithms, generators and strategies."""
+
 from __future__ import annotations
 
 import importlib
@@ -28,9 +29,7 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise UserError(
-                f"unknown {self.kind} '{name}'; choose one of: {', '.join(sorted(self._items))}"
-            ) from None
+            raise UserError(f"unknown {self.kind} '{name}'; choose one of: {', '.join(sorted(self._items))}") from None
 
     def names(self) -> list[str]:
         return sorted(self._items)

@@ -1,4 +1,5 @@
 """One seed for every random number generator a run uses: Python's, NumPy's and torch's."""
+
 from __future__ import annotations
 
 import random

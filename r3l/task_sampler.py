@@ -1,4 +1,5 @@
 """Draws training tasks in a seeded, epoch-wise shuffled order whose position can be saved and restored."""
+
 from __future__ import annotations
 
 import random

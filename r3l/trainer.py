@@ -1,4 +1,5 @@
 """The training loop: explore -> advantages -> learner -> log, with evaluation, checkpoints and resume."""
+
 from __future__ import annotations
 
 import json
@@ -83,16 +84,19 @@ class Trainer:
             if self.owns_run_dir:  # a run that never started leaves no directory behind
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             if isinstance(error, KeyboardInterrupt):
-                raise Interrupted(self.resume_hint() if resume else "the run had not started; nothing was kept") \
-                    from None
+                raise Interrupted(
+                    self.resume_hint() if resume else "the run had not started; nothing was kept"
+                ) from None
             raise
 
     def _build(self, config: Config, resume: bool) -> None:
         if config.distributed.sharded_checkpoints and config.distributed.learner_ranks < 2:
             raise UserError("distributed.sharded_checkpoints needs distributed.learner_ranks of 2 or more")
         if config.distributed.max_staleness and not config.distributed.rollout_workers:
-            raise UserError("distributed.max_staleness needs rollout workers to explore while the learner trains: "
-                            "set distributed.rollout_workers (1 or more), or max_staleness=0")
+            raise UserError(
+                "distributed.max_staleness needs rollout workers to explore while the learner trains: "
+                "set distributed.rollout_workers (1 or more), or max_staleness=0"
+            )
         seed_everything(config.run.seed)
         self.parts = build_parts(config)
         env = self.parts.make_env()
@@ -118,8 +122,9 @@ class Trainer:
             from r3l.distributed.rollout_pool import RolloutPool
 
             self.rollout_pool = RolloutPool(config)
-            self.pipeline = ExplorationPipeline(self.rollout_pool, self._draw, config.distributed.max_staleness,
-                                                config.train.steps)
+            self.pipeline = ExplorationPipeline(
+                self.rollout_pool, self._draw, config.distributed.max_staleness, config.train.steps
+            )
         if checkpoint is not None:
             self._resume(checkpoint, state)
         elif self.rollout_pool is not None:
@@ -180,15 +185,24 @@ class Trainer:
 
     def _trainer_state(self) -> dict[str, Any]:
         pending = self.pipeline.oldest_pending() if self.pipeline is not None else None
-        sampler, builds = ((pending.sampler_state, pending.task_builds) if pending is not None
-                           else (self.sampler.state_dict(), self.task_builds))  # batches drawn ahead are redrawn
+        sampler, builds = (
+            (pending.sampler_state, pending.task_builds)
+            if pending is not None
+            else (self.sampler.state_dict(), self.task_builds)
+        )  # batches drawn ahead are redrawn
         return {**self.learner.training_state(), "sampler": sampler, "history": self.history, "task_builds": builds}
 
     def checkpoint(self) -> Path:
         sharded = getattr(self.learner, "write_sharded", None) if self.config.distributed.sharded_checkpoints else None
-        return save_checkpoint(self.run_dir, self.step, self.model, self.parts.tokenizer, self._trainer_state(),
-                               write_sharded=sharded,
-                               keep=self.config.train.keep_checkpoints)
+        return save_checkpoint(
+            self.run_dir,
+            self.step,
+            self.model,
+            self.parts.tokenizer,
+            self._trainer_state(),
+            write_sharded=sharded,
+            keep=self.config.train.keep_checkpoints,
+        )
 
     def evaluate(self, label: str, logger: MetricsLogger) -> None:
         """Held-out evaluation into eval_LABEL.json and the metrics (two attempts when eval.attempts=2)."""
@@ -196,9 +210,17 @@ class Trainer:
             return
         parts, config = self.parts, self.config
         record, summary, metrics = held_out_evaluation(
-            self.test_tasks, parts.make_env, parts.generator, parts.tokenizer, eval_params(config),
-            PromptFormat.from_config(config.env), config.eval.attempts, reflection_prompts(config),
-            agent_limits(config), config.eval.reflection_max_new_tokens)
+            self.test_tasks,
+            parts.make_env,
+            parts.generator,
+            parts.tokenizer,
+            eval_params(config),
+            PromptFormat.from_config(config.env),
+            config.eval.attempts,
+            reflection_prompts(config),
+            agent_limits(config),
+            config.eval.reflection_max_new_tokens,
+        )
         (self.run_dir / f"eval_{label}.json").write_text(json.dumps({**record, "step": self.step}, indent=1))
         self.history[f"eval_{label}"] = summary
         logger.log(self.step, metrics)
@@ -232,12 +254,14 @@ class Trainer:
         failpoint("update_done")
         self._sync_generators()
         learn_seconds = time.perf_counter() - learn_started
-        metrics.update({
-            "rollout_seconds": rollout_seconds,
-            "train_seconds": learn_seconds,
-            "step_seconds": time.perf_counter() - started,
-            "rollout_tokens_per_s": metrics.get("generated_tokens", 0.0) / max(rollout_seconds, 1e-9),
-        })
+        metrics.update(
+            {
+                "rollout_seconds": rollout_seconds,
+                "train_seconds": learn_seconds,
+                "step_seconds": time.perf_counter() - started,
+                "rollout_tokens_per_s": metrics.get("generated_tokens", 0.0) / max(rollout_seconds, 1e-9),
+            }
+        )
         if metrics.get("forward_positions"):  # tokens the learner ran forward and backward (skipped ones are free)
             metrics["train_tokens_per_s"] = metrics["forward_positions"] / max(learn_seconds, 1e-9)
         if self.config.train.release_free_memory:
@@ -252,8 +276,10 @@ class Trainer:
             return
         checkpoint = latest_checkpoint(self.run_dir)
         kept = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written yet"
-        raise RunStopped(f"{streak} updates in a row had a NaN/inf loss or gradient norm at step {self.step} "
-                         f"(none was applied); {kept}. Lower train.lr, or try model.autocast_bf16=false")
+        raise RunStopped(
+            f"{streak} updates in a row had a NaN/inf loss or gradient norm at step {self.step} "
+            f"(none was applied); {kept}. Lower train.lr, or try model.autocast_bf16=false"
+        )
 
     def resume_hint(self) -> str:
         return f"continue with: r3l train --resume {self.run_dir}"
@@ -284,8 +310,10 @@ class Trainer:
         try:
             if self.step == 0 and "eval_before" not in self.history:
                 self.evaluate("before", logger)
-            with TrainProgress(config.train.steps, start_step=self.step, enabled=logging.progress) as progress, \
-                    GracefulInterrupt() as interrupt:
+            with (
+                TrainProgress(config.train.steps, start_step=self.step, enabled=logging.progress) as progress,
+                GracefulInterrupt() as interrupt,
+            ):
                 while self.step < config.train.steps:
                     metrics = self.train_step()
                     logger.log(self.step, metrics)
@@ -305,8 +333,13 @@ class Trainer:
         finally:
             logger.close()
             self.close()
-        summary = {"run_dir": str(self.run_dir), "step": self.step,
-                   "wall_seconds_this_session": time.perf_counter() - started, "relative_step": self.relative_step,
-                   "eval_before": self.history.get("eval_before"), "eval_after": self.history.get("eval_after")}
+        summary = {
+            "run_dir": str(self.run_dir),
+            "step": self.step,
+            "wall_seconds_this_session": time.perf_counter() - started,
+            "relative_step": self.relative_step,
+            "eval_before": self.history.get("eval_before"),
+            "eval_after": self.history.get("eval_after"),
+        }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         return summary

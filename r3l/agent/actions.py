@@ -1,4 +1,5 @@
 """Action formats: how the action an environment plays is read out of a model reply (one per registry entry)."""
+
 from __future__ import annotations
 
 import re

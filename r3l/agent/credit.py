@@ -1,4 +1,5 @@
 """R3L's pivotal credit as pure mask rules: what a retry and its base do not train (their shared prefix)."""
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -3,6 +3,7 @@
 A hang is ended by the environment's own `abort` (for the Java simulators: kill the JVM, which makes the
 blocked call return with an error); `abort` must be safe to call from another thread.
 """
+
 from __future__ import annotations
 
 import threading
@@ -24,9 +25,11 @@ def guarded_call(env: Any, timeout: float | None, call: Callable[..., Any], *arg
     timed_out = f"no answer within agent.env_timeout={timeout:g} s" if timeout else ""
     timer = None
     if timeout:
+
         def expire() -> None:
             fired.set()
             env.abort()
+
         timer = threading.Timer(timeout, expire)
         timer.daemon = True
         timer.start()

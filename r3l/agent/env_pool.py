@@ -1,4 +1,5 @@
 """A pool of environment instances, one per episode in flight, made on demand and reused across batches."""
+
 from __future__ import annotations
 
 from typing import Callable

@@ -12,6 +12,7 @@ whose replay does not reproduce the base observation ends with `replay_mismatch`
 An environment that raises, or hangs past `env_timeout` seconds, ends its episode with `env_error`: the
 episode is not trained (strategies drop it), its task id is printed, and the environment is replaced.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -29,8 +30,16 @@ from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion, Generator, SamplingParams
 
-TERMINATIONS = ("done", "format_error", "inadmissible", "repeated_action", "max_turns", "context_limit",
-                "replay_mismatch", "env_error")
+TERMINATIONS = (
+    "done",
+    "format_error",
+    "inadmissible",
+    "repeated_action",
+    "max_turns",
+    "context_limit",
+    "replay_mismatch",
+    "env_error",
+)
 EARLY_STOPS = ("format_error", "inadmissible", "repeated_action")
 
 
@@ -91,7 +100,7 @@ class Trajectory:
     @property
     def generated_tokens(self) -> int:
         """Tokens this episode generated itself (a retry's shared prefix not included)."""
-        return sum(len(step.completion.tokens) for step in self.steps[self.prefix_steps:])
+        return sum(len(step.completion.tokens) for step in self.steps[self.prefix_steps :])
 
 
 @dataclass(frozen=True)
@@ -119,8 +128,14 @@ def _normalised(action: str) -> str:
 
 
 class EpisodeRunner:
-    def __init__(self, make_env: Callable[[], Env], generator: Generator, tokenizer,
-                 prompt_format: PromptFormat = PromptFormat(), limits: AgentLimits = AgentLimits()):
+    def __init__(
+        self,
+        make_env: Callable[[], Env],
+        generator: Generator,
+        tokenizer,
+        prompt_format: PromptFormat = PromptFormat(),
+        limits: AgentLimits = AgentLimits(),
+    ):
         self.generator = generator
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format
@@ -154,16 +169,26 @@ class EpisodeRunner:
         observation = guarded_call(env, timeout, env.replay, start.task, [step.played for step in base.steps[:pivot]])
         guided_text = with_guidance(start.guidance, observation)
         if pivot == 0:
-            guided = TokenConversation.start(self.tokenizer, self.prompt_format.messages(guided_text, env.system_prompt))
+            guided = TokenConversation.start(
+                self.tokenizer, self.prompt_format.messages(guided_text, env.system_prompt)
+            )
         else:
             guided = base.conversation.after_turn(pivot - 1)
             guided.add_user(guided_text)
-        trajectory = Trajectory(start.task, guided, [replace(step) for step in base.steps[:pivot]],
-                                prefix_steps=pivot, distilled=base.conversation.before_turn(pivot),
-                                observation=observation)
+        trajectory = Trajectory(
+            start.task,
+            guided,
+            [replace(step) for step in base.steps[:pivot]],
+            prefix_steps=pivot,
+            distilled=base.conversation.before_turn(pivot),
+            observation=observation,
+        )
         if observation != base.steps[pivot].observation:
-            self._finish(trajectory, "replay_mismatch",
-                         f"Replaying {pivot} actions did not reproduce the observation at step {pivot}.")
+            self._finish(
+                trajectory,
+                "replay_mismatch",
+                f"Replaying {pivot} actions did not reproduce the observation at step {pivot}.",
+            )
         return trajectory
 
     # --- playing --------------------------------------------------------------------------------
@@ -188,10 +213,12 @@ class EpisodeRunner:
             if not active:
                 continue
             order = list(active)
-            constraints = None if self.limits.structured is None else [
-                active[i][1].reply_constraint(self.limits.structured) for i in order]
-            completions = self._generate([active[i][0].conversation.tokens for i in order], params, turn,
-                                         constraints)
+            constraints = (
+                None
+                if self.limits.structured is None
+                else [active[i][1].reply_constraint(self.limits.structured) for i in order]
+            )
+            completions = self._generate([active[i][0].conversation.tokens for i in order], params, turn, constraints)
             for index, completion in zip(order, completions):
                 trajectory, env = active[index]
                 self._advance(trajectory, env, completion, params)
@@ -210,11 +237,16 @@ class EpisodeRunner:
 
     def _env_error(self, trajectory: Trajectory, when: str, failure: EnvFailure) -> None:
         self._finish(trajectory, "env_error", f"The environment failed {when}: {failure}")
-        console.print(f"environment error on task {trajectory.task.id} {when} ({failure}); the episode is not "
-                      "trained and its environment is replaced", markup=False, highlight=False)
+        console.print(
+            f"environment error on task {trajectory.task.id} {when} ({failure}); the episode is not "
+            "trained and its environment is replaced",
+            markup=False,
+            highlight=False,
+        )
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, turn: int,
-                  constraints: list | None = None) -> list[Completion]:
+    def _generate(
+        self, prompts: list[list[int]], params: SamplingParams, turn: int, constraints: list | None = None
+    ) -> list[Completion]:
         """One completion per prompt (under its constraint, if any); identical prompts (fresh starts of one
         task) share one prefill."""
         if params.seed is not None:
@@ -228,8 +260,12 @@ class EpisodeRunner:
         if len(sizes) == 1 and sizes != {1}:
             out: list[Completion | None] = [None] * len(prompts)
             keys = list(positions)
-            groups = self.generator.generate([list(prompt) for prompt, _ in keys], params, n=sizes.pop(),
-                                             constraints=None if constraints is None else [c for _, c in keys])
+            groups = self.generator.generate(
+                [list(prompt) for prompt, _ in keys],
+                params,
+                n=sizes.pop(),
+                constraints=None if constraints is None else [c for _, c in keys],
+            )
             for members, group in zip(positions.values(), groups):
                 for index, completion in zip(members, group):
                     out[index] = completion
@@ -247,15 +283,24 @@ class EpisodeRunner:
         number = len(trajectory.steps)
         if parsed.action is None and "format_error" in limits.terminate_on:
             tag = limits.action_tag
-            return self._finish(trajectory, "format_error",
-                                f"The episode was stopped at step {number}: the reply had no action in <{tag}></{tag}> tags.")
+            return self._finish(
+                trajectory,
+                "format_error",
+                f"The episode was stopped at step {number}: the reply had no action in <{tag}></{tag}> tags.",
+            )
         action = parsed.action if parsed.action is not None else completion.text
-        recent = [s.played for s in trajectory.steps[-limits.repeat_limit:-1]]
-        if ("repeated_action" in limits.terminate_on and len(recent) == limits.repeat_limit - 1
-                and all(p is not None and _normalised(p) == _normalised(action) for p in recent)):
-            return self._finish(trajectory, "repeated_action",
-                                f"The episode was stopped at step {number}: the action '{action}' was chosen "
-                                f"{limits.repeat_limit} times in a row.")
+        recent = [s.played for s in trajectory.steps[-limits.repeat_limit : -1]]
+        if (
+            "repeated_action" in limits.terminate_on
+            and len(recent) == limits.repeat_limit - 1
+            and all(p is not None and _normalised(p) == _normalised(action) for p in recent)
+        ):
+            return self._finish(
+                trajectory,
+                "repeated_action",
+                f"The episode was stopped at step {number}: the action '{action}' was chosen "
+                f"{limits.repeat_limit} times in a row.",
+            )
         try:
             result = guarded_call(env, limits.env_timeout, env.step, action)
         except EnvFailure as failure:
@@ -264,14 +309,21 @@ class EpisodeRunner:
         step.admissible = bool(result.info.get("admissible", True))
         if result.done:
             trajectory.copied_prompt = watched_copy(env, trajectory.task.prompt, completion.text)
-            return self._finish(trajectory, "done", str(result.info.get("feedback", "")),
-                                bool(result.info.get("success", False)))
+            return self._finish(
+                trajectory, "done", str(result.info.get("feedback", "")), bool(result.info.get("success", False))
+            )
         if not step.admissible and "inadmissible" in limits.terminate_on:
-            return self._finish(trajectory, "inadmissible",
-                                f"The episode was stopped at step {number}: '{action}' is not a valid action here.")
+            return self._finish(
+                trajectory,
+                "inadmissible",
+                f"The episode was stopped at step {number}: '{action}' is not a valid action here.",
+            )
         if number >= limits.max_turns:
-            return self._finish(trajectory, "max_turns",
-                                f"The episode ran out of turns ({limits.max_turns}) before the task was completed.")
+            return self._finish(
+                trajectory,
+                "max_turns",
+                f"The episode ran out of turns ({limits.max_turns}) before the task was completed.",
+            )
         trajectory.observation = result.observation
         trajectory.conversation.add_user(result.observation)
         if trajectory.distilled is not None:
@@ -280,9 +332,12 @@ class EpisodeRunner:
 
     def _check_context(self, trajectory: Trajectory, params: SamplingParams) -> None:
         if len(trajectory.conversation.tokens) + params.max_new_tokens > self.limits.max_context_tokens:
-            self._finish(trajectory, "context_limit",
-                         f"The episode was stopped at step {len(trajectory.steps)}: the conversation reached the "
-                         f"context limit of {self.limits.max_context_tokens} tokens.")
+            self._finish(
+                trajectory,
+                "context_limit",
+                f"The episode was stopped at step {len(trajectory.steps)}: the conversation reached the "
+                f"context limit of {self.limits.max_context_tokens} tokens.",
+            )
 
     @staticmethod
     def _finish(trajectory: Trajectory, termination: str, feedback: str, success: bool = False) -> None:
@@ -295,5 +350,7 @@ class EpisodeRunner:
 def termination_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:
     """Fraction of episodes that ended for each reason."""
     total = max(len(trajectories), 1)
-    return {f"{prefix}termination/{reason}": sum(t.termination == reason for t in trajectories) / total
-            for reason in TERMINATIONS}
+    return {
+        f"{prefix}termination/{reason}": sum(t.termination == reason for t in trajectories) / total
+        for reason in TERMINATIONS
+    }

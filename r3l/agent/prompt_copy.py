@@ -5,6 +5,7 @@ The check is cheap and runs on every episode: the answer (the last <answer> bloc
 searched for arithmetic expressions (operands joined by + - * / ^ × ÷) that also stand in the
 prompt. A run whose rewarded episodes start to copy shows it in the metric `hack/prompt_copies`.
 """
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """Turn played episodes into experience records (what the learner trains on, token for token)."""
+
 from __future__ import annotations
 
 from statistics import mean
@@ -9,26 +10,54 @@ from r3l.experience import Experience
 from r3l.rollout.conversation import TokenConversation
 
 
-def conversation_experience(conversation: TokenConversation, group: str, kind: str, reward: float, text: str,
-                            objective: str = "policy", advantage: float = 0.0, **meta: Any) -> Experience:
+def conversation_experience(
+    conversation: TokenConversation,
+    group: str,
+    kind: str,
+    reward: float,
+    text: str,
+    objective: str = "policy",
+    advantage: float = 0.0,
+    **meta: Any,
+) -> Experience:
     """The record of a token-exact conversation: its tokens, loss mask, log-probs and turn spans as they are."""
-    return Experience(group=group, kind=kind, tokens=list(conversation.tokens), loss_mask=list(conversation.loss_mask),
-                      logprobs=list(conversation.logprobs), reward=reward, advantage=advantage,
-                      turn_spans=list(conversation.turn_spans), text=text, meta=meta, objective=objective,
-                      allowed=list(conversation.allowed))
+    return Experience(
+        group=group,
+        kind=kind,
+        tokens=list(conversation.tokens),
+        loss_mask=list(conversation.loss_mask),
+        logprobs=list(conversation.logprobs),
+        reward=reward,
+        advantage=advantage,
+        turn_spans=list(conversation.turn_spans),
+        text=text,
+        meta=meta,
+        objective=objective,
+        allowed=list(conversation.allowed),
+    )
 
 
-def trajectory_experience(trajectory: Trajectory, group: str, kind: str = "base",
-                          conversation: TokenConversation | None = None, **meta: Any) -> Experience:
+def trajectory_experience(
+    trajectory: Trajectory, group: str, kind: str = "base", conversation: TokenConversation | None = None, **meta: Any
+) -> Experience:
     """Every assistant turn of `conversation` (default: the one the model saw) trained as generated;
     prompts and observations have mask 0."""
     conversation = conversation if conversation is not None else trajectory.conversation
     last = trajectory.steps[-1].completion if trajectory.steps else None
     return conversation_experience(
-        conversation, group, kind, trajectory.reward, trajectory.text,
-        task_id=trajectory.task.id, success=trajectory.success, feedback=trajectory.feedback,
-        steps=trajectory.num_steps, termination=trajectory.termination,
-        finish_reason=last.finish_reason if last else None, **meta)
+        conversation,
+        group,
+        kind,
+        trajectory.reward,
+        trajectory.text,
+        task_id=trajectory.task.id,
+        success=trajectory.success,
+        feedback=trajectory.feedback,
+        steps=trajectory.num_steps,
+        termination=trajectory.termination,
+        finish_reason=last.finish_reason if last else None,
+        **meta,
+    )
 
 
 def episode_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
@@ -36,7 +65,7 @@ def episode_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
     episodes = [t for group in groups for t in group]
     if not episodes:
         return {}
-    completions = [step.completion for t in episodes for step in t.steps[t.prefix_steps:]]
+    completions = [step.completion for t in episodes for step in t.steps[t.prefix_steps :]]
     return {
         "reward": mean(t.reward for t in episodes),
         "success": mean(float(t.success) for t in episodes),

@@ -1,5 +1,6 @@
 """R3L's group budget as pure rules: how a task's group splits into base episodes and retries, and which base
 episodes the retry slots go to."""
+
 from __future__ import annotations
 
 from typing import Sequence, TypeVar

@@ -1,4 +1,5 @@
 """Algorithms as small pure tensor functions in registries: advantages, policy losses, KL, entropy."""
+
 from r3l.algorithms.advantages import ADVANTAGES, assign_advantages, group_mean
 from r3l.algorithms.aggregation import AGGREGATIONS, aggregate
 from r3l.algorithms.entropy import entropy_from_logits, token_logprobs

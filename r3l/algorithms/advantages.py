@@ -6,6 +6,7 @@ all equal gets advantage exactly 0 (no float rounding of the mean leaks through)
 has no baseline to compare against and gets 0 by default; `singleton="reward"` gives it the R3L
 reference's baseline of 0 instead, so its advantage is its reward (docs/FIDELITY.md).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
@@ -70,8 +71,9 @@ def centred(rewards: torch.Tensor, group_ids: torch.Tensor, singleton: str = "ze
     if singleton not in SINGLETON_RULES:
         raise ValueError(f"singleton must be one of {', '.join(map(repr, SINGLETON_RULES))}, got {singleton!r}")
     rewards = _check(rewards, group_ids)
-    out = torch.where(group_spread(rewards, group_ids) == 0, torch.zeros_like(rewards),
-                      rewards - group_mean(rewards, group_ids))
+    out = torch.where(
+        group_spread(rewards, group_ids) == 0, torch.zeros_like(rewards), rewards - group_mean(rewards, group_ids)
+    )
     if singleton == "reward":
         out = torch.where(group_size(group_ids) == 1, rewards, out)
     return out
@@ -97,7 +99,11 @@ def group_std(values: torch.Tensor, group_ids: torch.Tensor, unbiased: bool = Tr
 
 @ADVANTAGES.register("grpo")
 def grpo(
-    rewards: torch.Tensor, group_ids: torch.Tensor, *, eps: float = 1e-6, std: str = "unbiased",
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    eps: float = 1e-6,
+    std: str = "unbiased",
     singleton: str = "zero",
 ) -> torch.Tensor:
     """GRPO: (r - group mean) / (group std + eps).
@@ -164,8 +170,9 @@ def raft(rewards: torch.Tensor, group_ids: torch.Tensor, *, success_threshold: f
     return (rewards >= success_threshold).to(rewards.dtype)
 
 
-def checked_advantages(name: str, args: dict, rewards: torch.Tensor | None = None,
-                       group_ids: torch.Tensor | None = None) -> torch.Tensor:
+def checked_advantages(
+    name: str, args: dict, rewards: torch.Tensor | None = None, group_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """The advantage function `name` with `args` (on one dummy reward when none are given, to check the
     settings before a run starts); bad settings are one UserError line."""
     if rewards is None or group_ids is None:

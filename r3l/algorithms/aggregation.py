@@ -7,6 +7,7 @@ micro-batch then contributes its sum divided by that shared count, and the accum
 gradient equals the gradient of the full-batch loss. Without ``denominator`` the count of
 the micro-batch itself is used.
 """
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ full float32 copy and no full log_softmax is materialised. (Under autograd each 
 intermediates are still kept for backward; the saving is largest under no_grad, e.g. for the
 old-policy and reference passes.)
 """
+
 from __future__ import annotations
 
 import torch

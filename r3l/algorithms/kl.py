@@ -12,6 +12,7 @@ Divergence", 2020, http://joschu.net/blog/kl-approx.html), estimating KL(pi || p
 The learner skips the reference pass entirely when the KL coefficient is 0; nothing here
 assumes a reference exists.
 """
+
 from __future__ import annotations
 
 import torch

@@ -9,6 +9,7 @@ Off-policy diagnostics, where reported: ``ratio_mean`` is the masked mean of
 pi/pi_old, and ``approx_kl`` is the masked mean of the k3 estimator of KL(pi_old || pi),
 (r - 1) - log r with r = pi/pi_old (as in CleanRL/verl), which is >= 0.
 """
+
 from __future__ import annotations
 
 import torch

@@ -9,6 +9,7 @@ exactly the learner's pi_old. Per trained token, with log-ratio d = log pi_old -
 A weight multiplies the token's advantage; every policy loss here is linear in a non-negative factor on the
 advantage, so that is the same as weighting the token's loss. When mu = pi_old every weight is 1.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,8 +41,9 @@ def masked_importance_weights(log_ratio: torch.Tensor, threshold: float) -> torc
     return torch.where(ratio <= threshold, ratio, torch.zeros_like(ratio))
 
 
-def mismatch_sums(learner_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor,
-                  band: float) -> dict[str, float]:
+def mismatch_sums(
+    learner_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor, band: float
+) -> dict[str, float]:
     """Sums over the masked tokens, to be divided by their count (``tokens``) once every micro-batch is in:
     ``gap`` |log pi - log mu|, ``kl`` the k3 estimate of KL(mu || pi) (tokens were sampled from mu, so
     E_mu[(r - 1) - log r] with r = pi / mu, >= 0 per token), ``outside`` tokens whose ratio leaves
@@ -70,11 +72,19 @@ def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:
     metrics = {}
     tokens = found.get("tokens", 0.0)
     if tokens > 0:
-        metrics.update({"generator_logprob_gap": found.get("gap", 0.0) / tokens,
-                        "generator_kl": found.get("kl", 0.0) / tokens,
-                        "generator_ratio_outside": found.get("outside", 0.0) / tokens})
+        metrics.update(
+            {
+                "generator_logprob_gap": found.get("gap", 0.0) / tokens,
+                "generator_kl": found.get("kl", 0.0) / tokens,
+                "generator_ratio_outside": found.get("outside", 0.0) / tokens,
+            }
+        )
     weighted = found.get("weight_tokens", 0.0)
     if weighted > 0:
-        metrics.update({"rollout_correction_weight": found.get("weight", 0.0) / weighted,
-                        "rollout_correction_dropped": found.get("dropped", 0.0) / weighted})
+        metrics.update(
+            {
+                "rollout_correction_weight": found.get("weight", 0.0) / weighted,
+                "rollout_correction_dropped": found.get("dropped", 0.0) / weighted,
+            }
+        )
     return metrics

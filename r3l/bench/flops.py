@@ -5,6 +5,7 @@ linear layer costs 2 FLOPs per weight per position forward, backward twice that;
 4 x heads x head_dim FLOPs per (query, key) pair per layer forward (scores and weighted values).
 Norms, rotary embeddings and softmax are left out (well under 1% at these sizes).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -24,9 +25,15 @@ class ModelShape:
     def from_config(cls, config) -> "ModelShape":
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        return cls(layers=config.num_hidden_layers, hidden=config.hidden_size, heads=heads,
-                   kv_heads=getattr(config, "num_key_value_heads", None) or heads, head_dim=head_dim,
-                   intermediate=config.intermediate_size, vocab=config.vocab_size)
+        return cls(
+            layers=config.num_hidden_layers,
+            hidden=config.hidden_size,
+            heads=heads,
+            kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=head_dim,
+            intermediate=config.intermediate_size,
+            vocab=config.vocab_size,
+        )
 
     @property
     def body_weights(self) -> int:
@@ -52,8 +59,11 @@ class ModelShape:
 def training_flops(shape: ModelShape, positions: float, attention_pairs: float, head_positions: float) -> float:
     """Forward + backward FLOPs (3x forward) of running `positions` through the decoder with
     `attention_pairs` causal pairs and the LM head at `head_positions`."""
-    forward = (2 * shape.body_weights * positions + shape.attention_flops_per_pair * attention_pairs
-               + 2 * shape.head_weights * head_positions)
+    forward = (
+        2 * shape.body_weights * positions
+        + shape.attention_flops_per_pair * attention_pairs
+        + 2 * shape.head_weights * head_positions
+    )
     return 3.0 * forward
 
 
@@ -71,8 +81,9 @@ def decode_flops(shape: ModelShape, rows: float, kv_positions: float) -> float:
 def decode_bytes(shape: ModelShape, steps: float, kv_positions: float, bytes_per_value: int) -> float:
     """Bytes read by `steps` batched decode forwards: every weight once per step (rows share them) plus
     the keys and values of every cached position each row attends to."""
-    return (steps * (shape.body_weights + shape.head_weights) + kv_positions * shape.kv_values_per_position()) \
-        * bytes_per_value
+    return (
+        steps * (shape.body_weights + shape.head_weights) + kv_positions * shape.kv_values_per_position()
+    ) * bytes_per_value
 
 
 def utilization(amount: float, seconds: float, peak_per_second: float) -> float:

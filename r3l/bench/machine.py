@@ -1,4 +1,5 @@
 """The machine's measured limits: matrix-multiply peak at a dtype, and large-copy memory bandwidth."""
+
 from __future__ import annotations
 
 import time
@@ -36,15 +37,19 @@ def gemm_peak(dtype: torch.dtype, device: torch.device, sizes: tuple[int, ...] =
     for n in sizes:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        rates[n] = 2.0 * n ** 3 / best_seconds(lambda: torch.mm(a, b), device)
+        rates[n] = 2.0 * n**3 / best_seconds(lambda: torch.mm(a, b), device)
     best = max(rates, key=rates.get)
-    return {"flops_per_s": rates[best], "size": best, "dtype": str(dtype).removeprefix("torch."),
-            "by_size": {str(n): r for n, r in rates.items()}}
+    return {
+        "flops_per_s": rates[best],
+        "size": best,
+        "dtype": str(dtype).removeprefix("torch."),
+        "by_size": {str(n): r for n, r in rates.items()},
+    }
 
 
 def copy_bandwidth(device: torch.device, mebibytes: int = 512) -> dict:
     """Bytes read plus bytes written per second by copying a buffer far larger than the caches."""
-    count = mebibytes * 2 ** 20 // 4
+    count = mebibytes * 2**20 // 4
     source = torch.ones(count, dtype=torch.float32, device=device)
     target = torch.empty_like(source)
     seconds = best_seconds(lambda: target.copy_(source), device)

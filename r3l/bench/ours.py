@@ -1,4 +1,5 @@
 """Our side of a bench: the real `Trainer.train_step`, timed step by step on the tasks it draws itself."""
+
 from __future__ import annotations
 
 import time
@@ -14,8 +15,14 @@ from r3l.envs import Task
 from r3l.rollout.chat import PromptFormat, encode_prompt
 from r3l.task_sampler import TaskSampler
 
-DECODE_COUNTERS = ("prefill_positions", "prefill_seconds", "decode_steps", "decode_rows", "decode_kv_positions",
-                   "decode_seconds")
+DECODE_COUNTERS = (
+    "prefill_positions",
+    "prefill_seconds",
+    "decode_steps",
+    "decode_rows",
+    "decode_kv_positions",
+    "decode_seconds",
+)
 WORK_METRICS = ("positions", "attention_pairs", "head_positions", "padded_positions")
 
 
@@ -42,8 +49,10 @@ class OursRunner:
         """The prompt token ids our single-turn runner feeds the generator for `tasks`."""
         env = self.trainer.parts.make_env()
         prompt_format = PromptFormat.from_config(self.config.env)
-        return [encode_prompt(self.trainer.parts.tokenizer, prompt_format.messages(env.reset(t), env.system_prompt))
-                for t in tasks]
+        return [
+            encode_prompt(self.trainer.parts.tokenizer, prompt_format.messages(env.reset(t), env.system_prompt))
+            for t in tasks
+        ]
 
     def check_sampling_is_possible(self, batch: list[Task]) -> None:
         """One line, before either side runs, when the model's next-token logits on the bench's first prompts are
@@ -58,9 +67,11 @@ class OursRunner:
             for ids in self.prompt_ids(batch):
                 logits = model(input_ids=torch.tensor([ids], device=device), logits_to_keep=1).logits
                 if not bool(torch.isfinite(logits).all()):
-                    raise UserError(f"model '{self.config.model.name}' gives non-finite next-token logits in "
-                                    f"{generator_dtype(self.config)} on the bench's first prompt, so no side can "
-                                    "sample from it; use a trained model or generator.dtype=float32")
+                    raise UserError(
+                        f"model '{self.config.model.name}' gives non-finite next-token logits in "
+                        f"{generator_dtype(self.config)} on the bench's first prompt, so no side can "
+                        "sample from it; use a trained model or generator.dtype=float32"
+                    )
 
     def step(self) -> StepRecord:
         generator = self.trainer.parts.generator
@@ -71,8 +82,13 @@ class OursRunner:
         after = generator.stats
         tasks = self.config.train.tasks_per_step
         return StepRecord(
-            seconds=seconds, rollout_seconds=metrics["rollout_seconds"], train_seconds=metrics["train_seconds"],
-            prompts=tasks, completions=tasks * self.config.sampling.group_size,
-            generated_tokens=int(metrics.get("generated_tokens", 0)), trained_tokens=int(metrics.get("trained_tokens", 0)),
+            seconds=seconds,
+            rollout_seconds=metrics["rollout_seconds"],
+            train_seconds=metrics["train_seconds"],
+            prompts=tasks,
+            completions=tasks * self.config.sampling.group_size,
+            generated_tokens=int(metrics.get("generated_tokens", 0)),
+            trained_tokens=int(metrics.get("trained_tokens", 0)),
             work={key: metrics.get(f"forward_{key}", 0.0) for key in WORK_METRICS},
-            decode={key: after.get(key, 0) - before.get(key, 0) for key in DECODE_COUNTERS})
+            decode={key: after.get(key, 0) - before.get(key, 0) for key in DECODE_COUNTERS},
+        )

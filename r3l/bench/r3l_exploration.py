@@ -6,6 +6,7 @@ start. A retry's cost is the tokens it generated itself (after the pivot) plus i
 retried base episode. A single-turn environment has no pivot to retry from, so the section then uses
 TextWorldExpress's coin game.
 """
+
 from __future__ import annotations
 
 from r3l.bench.registry import BenchContext, SectionResult, section
@@ -20,8 +21,12 @@ def exploration_config(config: Config, retry_from: str) -> Config:
     from r3l.envs import env_class
 
     tree = config.model_dump(mode="json")
-    overrides = ["algorithm=r3l", f"algorithm.strategy_args.retry_from={retry_from}", "sampling.group_size=4",
-                 f"sampling.max_new_tokens={max(config.sampling.max_new_tokens, 64)}"]
+    overrides = [
+        "algorithm=r3l",
+        f"algorithm.strategy_args.retry_from={retry_from}",
+        "sampling.group_size=4",
+        f"sampling.max_new_tokens={max(config.sampling.max_new_tokens, 64)}",
+    ]
     if not env_class(config.env.name).retry_from_pivot:
         overrides = FALLBACK_ENV + overrides
     for override in overrides:
@@ -41,8 +46,15 @@ def measure(config: Config, tasks: int, steps: int) -> dict:
     seed_everything(config.run.seed)
     parts = build_parts(config)
     batch = list(parts.make_env().tasks("train"))[:tasks]
-    totals = {"retries": 0.0, "retry_successes": 0.0, "retry_tokens": 0.0, "reflection_tokens": 0.0,
-              "base_episodes": 0.0, "base_successes": 0.0, "base_tokens": 0.0}
+    totals = {
+        "retries": 0.0,
+        "retry_successes": 0.0,
+        "retry_tokens": 0.0,
+        "reflection_tokens": 0.0,
+        "base_episodes": 0.0,
+        "base_successes": 0.0,
+        "base_tokens": 0.0,
+    }
     for step in range(steps):
         _, metrics = parts.strategy.explore(batch, step)
         totals["retries"] += metrics.get("retry_count", 0.0)
@@ -53,8 +65,9 @@ def measure(config: Config, tasks: int, steps: int) -> dict:
         totals["base_successes"] += metrics.get("base_successes", 0.0)
         totals["base_tokens"] += metrics.get("base_generated_tokens", 0.0)
     parts.strategy.runner.close()
-    totals["tokens_per_successful_retry"] = cost_per_success(totals["retry_tokens"] + totals["reflection_tokens"],
-                                                             totals["retry_successes"])
+    totals["tokens_per_successful_retry"] = cost_per_success(
+        totals["retry_tokens"] + totals["reflection_tokens"], totals["retry_successes"]
+    )
     totals["env"] = config.env.name
     return totals
 
@@ -64,8 +77,12 @@ def r3l_exploration(ctx: BenchContext) -> SectionResult:
     steps = max(1, min(ctx.repeats, 3))
     arms = {arm: measure(exploration_config(ctx.config, arm), tasks=4, steps=steps) for arm in ARMS}
     pivot, scratch = arms["pivot"]["tokens_per_successful_retry"], arms["scratch"]["tokens_per_successful_retry"]
-    data = {"arms": arms, "steps": steps, "tasks": 4,
-            "tokens_per_success_ratio_scratch_over_pivot": scratch / pivot if pivot and scratch else None}
+    data = {
+        "arms": arms,
+        "steps": steps,
+        "tasks": 4,
+        "tokens_per_success_ratio_scratch_over_pivot": scratch / pivot if pivot and scratch else None,
+    }
     return SectionResult(data, table(data))
 
 
@@ -73,14 +90,19 @@ def table(data: dict) -> str:
     def shown(value):
         return "n/a (no successful retry)" if value is None else f"{value:.0f}"
 
-    lines = [f"Same {data['tasks']} tasks and seeds, {data['steps']} step(s), env "
-             f"`{data['arms']['pivot']['env']}`.", "",
-             "| retry from | retries | successful | generated tokens (retries + their reflections) | "
-             "tokens per successful retry |", "|---|---|---|---|---|"]
+    lines = [
+        f"Same {data['tasks']} tasks and seeds, {data['steps']} step(s), env `{data['arms']['pivot']['env']}`.",
+        "",
+        "| retry from | retries | successful | generated tokens (retries + their reflections) | "
+        "tokens per successful retry |",
+        "|---|---|---|---|---|",
+    ]
     for arm, figures in data["arms"].items():
-        lines.append(f"| {arm} | {figures['retries']:.0f} | {figures['retry_successes']:.0f} | "
-                     f"{figures['retry_tokens'] + figures['reflection_tokens']:.0f} | "
-                     f"{shown(figures['tokens_per_successful_retry'])} |")
+        lines.append(
+            f"| {arm} | {figures['retries']:.0f} | {figures['retry_successes']:.0f} | "
+            f"{figures['retry_tokens'] + figures['reflection_tokens']:.0f} | "
+            f"{shown(figures['tokens_per_successful_retry'])} |"
+        )
     ratio = data["tokens_per_success_ratio_scratch_over_pivot"]
     if ratio is not None:
         lines.append(f"\nScratch / pivot tokens per successful retry: **{ratio:.2f}x**")

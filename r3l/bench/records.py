@@ -1,4 +1,5 @@
 """What one measured training step did: its times and the tokens it generated and trained."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -27,5 +28,8 @@ class StepRecord:
         return self.trained_tokens / max(self.train_seconds, 1e-9)
 
     def to_json(self) -> dict:
-        return {**asdict(self), "rollout_tokens_per_s": self.rollout_tokens_per_s,
-                "train_tokens_per_s": self.train_tokens_per_s}
+        return {
+            **asdict(self),
+            "rollout_tokens_per_s": self.rollout_tokens_per_s,
+            "train_tokens_per_s": self.train_tokens_per_s,
+        }

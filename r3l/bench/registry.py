@@ -13,6 +13,7 @@ module of this package, so nothing else changes:
 A section reads what earlier ones measured from `ctx.results[name].data` (and `.details`); `needs`
 names sections that must run before it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -58,6 +59,7 @@ SECTIONS: Registry[Section] = Registry("bench section")
 
 def section(name: str, order: int = 50, needs: Sequence[str] = (), title: str | None = None):
     """Register `fn(ctx) -> SectionResult` as bench section `name`; lower `order` runs first."""
+
     def decorator(fn: Callable[[BenchContext], SectionResult]):
         SECTIONS.register(name)(Section(name, fn, order, tuple(needs), title or name.replace("_", " ")))
         return fn

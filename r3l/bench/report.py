@@ -1,5 +1,6 @@
 """bench.json, bench.md and bench_details.json: every section's summary, table and per-step records,
 with the headline ratio at the top of bench.json (the file `r3l report` plots)."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,14 @@ JSON_FILE, MARKDOWN_FILE, DETAILS_FILE = "bench.json", "bench.md", "bench_detail
 
 
 def machine() -> dict:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
 
 
 def headline(results: dict[str, SectionResult]) -> dict:
@@ -37,9 +43,13 @@ def headline(results: dict[str, SectionResult]) -> dict:
 
 def write(out_dir: Path, command: str, sections: list[Section], results: dict[str, SectionResult]) -> str:
     """Write bench.json and bench.md into `out_dir`; return the Markdown."""
-    record = {"command": command, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine(), **headline(results),
-              "sections": {name: result.data for name, result in results.items()}}
+    record = {
+        "command": command,
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        **headline(results),
+        "sections": {name: result.data for name, result in results.items()},
+    }
     (out_dir / JSON_FILE).write_text(json.dumps(record, indent=1))
     details = {name: result.details for name, result in results.items() if result.details}
     (out_dir / DETAILS_FILE).write_text(json.dumps(details, indent=1))

@@ -3,6 +3,7 @@
 The two sides alternate A B A B, one optimizer step each, on the same task batches; the first
 `warmup` pairs are not measured. Without `--vs` only our side runs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,8 +35,10 @@ def side_by_side(ctx: BenchContext) -> SectionResult:
 
     def report(index: int, side: str, record: StepRecord) -> None:
         phase = "warm-up" if index < ctx.warmup else "measured"
-        console.print(f"[dim]bench step {index + 1}/{steps} ({phase}) {side}: {record.seconds:.2f} s, "
-                      f"{record.generated_tokens} generated tokens[/]")
+        console.print(
+            f"[dim]bench step {index + 1}/{steps} ({phase}) {side}: {record.seconds:.2f} s, "
+            f"{record.generated_tokens} generated tokens[/]"
+        )
 
     def ours_step(index: int) -> None:
         records[OURS].append(ours.step())
@@ -54,14 +57,14 @@ def side_by_side(ctx: BenchContext) -> SectionResult:
     else:
         for index in range(steps):
             ours_step(index)
-    measured = {side: side_records[ctx.warmup:] for side, side_records in records.items()}
+    measured = {side: side_records[ctx.warmup :] for side, side_records in records.items()}
     data = summarise(ctx, measured, ModelShape.from_config(ours.model.config))
     data["settings"]["generators"] = {OURS: generator_label(ctx.config)}
     if theirs is not None:
         data["settings"]["generators"][TRL] = TRL_GENERATOR_LABELS[theirs.generator]
     details = {"steps": {side: [r.to_json() for r in side_records] for side, side_records in measured.items()}}
     if theirs is not None:
-        tasks = [task for batch in batches[ctx.warmup:] for task in batch]
+        tasks = [task for batch in batches[ctx.warmup :] for task in batch]
         ours_work = workload(ctx, measured[OURS], ours.prompt_ids(tasks), our_settings(ctx))
         skip = ctx.warmup * ctx.config.train.tasks_per_step
         trl_work = workload(ctx, measured[TRL], theirs.prompt_ids[skip:], trl_settings(theirs.trainer.args))
@@ -80,34 +83,54 @@ def generator_label(config) -> str:
 
 def our_settings(ctx: BenchContext) -> dict:
     c = ctx.config
-    return {"group_size": c.sampling.group_size, "max_new_tokens": c.sampling.max_new_tokens,
-            "temperature": c.sampling.temperature, "top_p": c.sampling.top_p, "dtype": bench_dtype(c),
-            "micro_batch_size": c.train.micro_batch_size, "kl_coef": c.algorithm.kl_coef,
-            "learning_rate": c.train.lr, "gradient_checkpointing": c.model.gradient_checkpointing}
+    return {
+        "group_size": c.sampling.group_size,
+        "max_new_tokens": c.sampling.max_new_tokens,
+        "temperature": c.sampling.temperature,
+        "top_p": c.sampling.top_p,
+        "dtype": bench_dtype(c),
+        "micro_batch_size": c.train.micro_batch_size,
+        "kl_coef": c.algorithm.kl_coef,
+        "learning_rate": c.train.lr,
+        "gradient_checkpointing": c.model.gradient_checkpointing,
+    }
 
 
 def trl_settings(args) -> dict:
     """The same settings read back from the GRPOConfig TRL actually ran with."""
-    return {"group_size": args.num_generations, "max_new_tokens": args.max_completion_length,
-            "temperature": args.temperature, "top_p": args.top_p, "dtype": "bfloat16" if args.bf16 else "float32",
-            "micro_batch_size": args.per_device_train_batch_size, "kl_coef": args.beta,
-            "learning_rate": args.learning_rate, "gradient_checkpointing": args.gradient_checkpointing}
+    return {
+        "group_size": args.num_generations,
+        "max_new_tokens": args.max_completion_length,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "dtype": "bfloat16" if args.bf16 else "float32",
+        "micro_batch_size": args.per_device_train_batch_size,
+        "kl_coef": args.beta,
+        "learning_rate": args.learning_rate,
+        "gradient_checkpointing": args.gradient_checkpointing,
+    }
 
 
 def workload(ctx: BenchContext, records: list[StepRecord], prompt_ids, settings: dict) -> Workload:
-    return Workload(settings={**settings, "optimizer_updates": len(records),
-                              "prompts": sum(r.prompts for r in records)},
-                    prompt_ids=tuple(tuple(ids) for ids in prompt_ids),
-                    completions=sum(r.completions for r in records),
-                    generated_tokens=sum(r.generated_tokens for r in records),
-                    trained_tokens=sum(r.trained_tokens for r in records))
+    return Workload(
+        settings={**settings, "optimizer_updates": len(records), "prompts": sum(r.prompts for r in records)},
+        prompt_ids=tuple(tuple(ids) for ids in prompt_ids),
+        completions=sum(r.completions for r in records),
+        generated_tokens=sum(r.generated_tokens for r in records),
+        trained_tokens=sum(r.trained_tokens for r in records),
+    )
 
 
 def equal_work_record(ours: Workload, theirs: Workload) -> dict:
     problems = equal_work_problems(ours, theirs, TOKEN_TOLERANCE)
-    return {"ok": not problems, "problems": problems, "prompt_tokens_identical": ours.prompt_ids == theirs.prompt_ids,
-            "settings": ours.settings, "generated_tokens_difference": relative_difference(
-                ours.generated_tokens, theirs.generated_tokens), "token_tolerance": TOKEN_TOLERANCE}
+    return {
+        "ok": not problems,
+        "problems": problems,
+        "prompt_tokens_identical": ours.prompt_ids == theirs.prompt_ids,
+        "settings": ours.settings,
+        "generated_tokens_difference": relative_difference(ours.generated_tokens, theirs.generated_tokens),
+        "token_tolerance": TOKEN_TOLERANCE,
+    }
 
 
 def side_summary(records: list[StepRecord]) -> dict:
@@ -128,18 +151,29 @@ def side_summary(records: list[StepRecord]) -> dict:
 def summarise(ctx: BenchContext, measured: dict[str, list[StepRecord]], shape: ModelShape) -> dict:
     c = ctx.config
     data = {
-        "settings": {"model": c.model.name, "env": c.env.name, "prompts_per_step": c.train.tasks_per_step,
-                     "group_size": c.sampling.group_size, "max_new_tokens": c.sampling.max_new_tokens,
-                     "temperature": c.sampling.temperature, "dtype": bench_dtype(c),
-                     "micro_batch_size": c.train.micro_batch_size, "warmup_steps": ctx.warmup,
-                     "measured_steps": ctx.repeats, "torch_threads": torch.get_num_threads(), "vs": ctx.vs},
+        "settings": {
+            "model": c.model.name,
+            "env": c.env.name,
+            "prompts_per_step": c.train.tasks_per_step,
+            "group_size": c.sampling.group_size,
+            "max_new_tokens": c.sampling.max_new_tokens,
+            "temperature": c.sampling.temperature,
+            "dtype": bench_dtype(c),
+            "micro_batch_size": c.train.micro_batch_size,
+            "warmup_steps": ctx.warmup,
+            "measured_steps": ctx.repeats,
+            "torch_threads": torch.get_num_threads(),
+            "vs": ctx.vs,
+        },
         "model_shape": shape.to_json(),
         "sides": {side: side_summary(records) for side, records in measured.items()},
     }
     if TRL in measured:
         step = paired_ratios([r.seconds for r in measured[TRL]], [r.seconds for r in measured[OURS]])
-        per_token = paired_ratios([r.seconds / max(r.generated_tokens, 1) for r in measured[TRL]],
-                                  [r.seconds / max(r.generated_tokens, 1) for r in measured[OURS]])
+        per_token = paired_ratios(
+            [r.seconds / max(r.generated_tokens, 1) for r in measured[TRL]],
+            [r.seconds / max(r.generated_tokens, 1) for r in measured[OURS]],
+        )
         data["step_time_ratio_trl_over_r3l"] = spread(step)
         data["per_token_time_ratio_trl_over_r3l"] = spread(per_token)
     return data
@@ -167,36 +201,50 @@ def table(data: dict) -> str:
         cells = [_cell(sides[n][key], fmt) for n in names]
         extra = []
         if ratio:
-            extra = [f"**{ratio['median']:.2f}x** [{ratio['min']:.2f}, {ratio['max']:.2f}]" if key == "step_seconds"
-                     else ""]
+            extra = [
+                f"**{ratio['median']:.2f}x** [{ratio['min']:.2f}, {ratio['max']:.2f}]" if key == "step_seconds" else ""
+            ]
         lines.append("| " + " | ".join([label, *cells, *extra]) + " |")
-    for label, key in (("generated tokens (sum)", "generated_tokens"), ("trained tokens (sum)", "trained_tokens"),
-                       ("prompts / completions / updates", None)):
+    for label, key in (
+        ("generated tokens (sum)", "generated_tokens"),
+        ("trained tokens (sum)", "trained_tokens"),
+        ("prompts / completions / updates", None),
+    ):
         if key:
             cells = [str(sides[n][key]) for n in names]
         else:
-            cells = [f"{sides[n]['prompts']} / {sides[n]['completions']} / {sides[n]['optimizer_updates']}"
-                     for n in names]
+            cells = [
+                f"{sides[n]['prompts']} / {sides[n]['completions']} / {sides[n]['optimizer_updates']}" for n in names
+            ]
         lines.append("| " + " | ".join([label, *cells, *([""] if ratio else [])]) + " |")
     settings = data["settings"]
     lines.append("")
-    lines.append(f"Medians [min, max] over {settings['measured_steps']} steps after {settings['warmup_steps']} "
-                 f"warm-up; {settings['model']}, {settings['env']}, {settings['prompts_per_step']} prompts x "
-                 f"{settings['group_size']} completions, at most {settings['max_new_tokens']} new tokens, temperature "
-                 f"{settings['temperature']}, {settings['dtype']}, micro-batch {settings['micro_batch_size']}, "
-                 f"{settings['torch_threads']} thread{'s' if settings['torch_threads'] != 1 else ''}.")
+    lines.append(
+        f"Medians [min, max] over {settings['measured_steps']} steps after {settings['warmup_steps']} "
+        f"warm-up; {settings['model']}, {settings['env']}, {settings['prompts_per_step']} prompts x "
+        f"{settings['group_size']} completions, at most {settings['max_new_tokens']} new tokens, temperature "
+        f"{settings['temperature']}, {settings['dtype']}, micro-batch {settings['micro_batch_size']}, "
+        f"{settings['torch_threads']} thread{'s' if settings['torch_threads'] != 1 else ''}."
+    )
     generators = settings.get("generators", {})
     if generators:
-        lines.append("Generation: " + "; ".join(f"{'r3l' if side == OURS else 'TRL'} {label}"
-                                               for side, label in generators.items()) + ".")
+        lines.append(
+            "Generation: "
+            + "; ".join(f"{'r3l' if side == OURS else 'TRL'} {label}" for side, label in generators.items())
+            + "."
+        )
     if ratio:
         per_token = data["per_token_time_ratio_trl_over_r3l"]
-        lines.append(f"Per generated token the ratio is {per_token['median']:.2f}x "
-                     f"[{per_token['min']:.2f}, {per_token['max']:.2f}].")
+        lines.append(
+            f"Per generated token the ratio is {per_token['median']:.2f}x "
+            f"[{per_token['min']:.2f}, {per_token['max']:.2f}]."
+        )
     equal = data.get("equal_work")
     if equal:
         verdict = "yes" if equal["ok"] else "NO: " + "; ".join(equal["problems"])
-        lines.append(f"Equal work: {verdict} (prompts token-identical: {equal['prompt_tokens_identical']}; generated "
-                     f"tokens {equal['generated_tokens_difference']:.1%} apart, tolerance "
-                     f"{equal['token_tolerance']:.0%}).")
+        lines.append(
+            f"Equal work: {verdict} (prompts token-identical: {equal['prompt_tokens_identical']}; generated "
+            f"tokens {equal['generated_tokens_difference']:.1%} apart, tolerance "
+            f"{equal['token_tolerance']:.0%})."
+        )
     return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
 """Pure summaries of repeated measurements: min/median/max, paired ratios, and the equal-work check."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +38,11 @@ def equal_work_problems(a: Workload, b: Workload, token_tolerance: float) -> lis
     Settings, prompts (token for token) and completion counts must match exactly; generated and trained
     token totals are sampled, so they must agree within `token_tolerance` (relative to the larger).
     """
-    problems = [f"{key}: {a.settings.get(key)!r} vs {b.settings.get(key)!r}"
-                for key in sorted(set(a.settings) | set(b.settings)) if a.settings.get(key) != b.settings.get(key)]
+    problems = [
+        f"{key}: {a.settings.get(key)!r} vs {b.settings.get(key)!r}"
+        for key in sorted(set(a.settings) | set(b.settings))
+        if a.settings.get(key) != b.settings.get(key)
+    ]
     if a.prompt_ids != b.prompt_ids:
         differing = sum(x != y for x, y in zip(a.prompt_ids, b.prompt_ids)) + abs(len(a.prompt_ids) - len(b.prompt_ids))
         problems.append(f"prompt tokens differ in {differing} of {max(len(a.prompt_ids), len(b.prompt_ids))} prompts")

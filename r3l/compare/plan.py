@@ -1,4 +1,5 @@
 """Which runs a comparison has (arm x seed), where each lives, what state it is in and how to run it."""
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from r3l.errors import UserError
 @dataclass(frozen=True)
 class Arm:
     """One config of the comparison: a YAML file, or an algorithm preset applied to the base config."""
+
     label: str
     config: str | None  # a YAML path (or None: the base config)
     overrides: tuple[str, ...]
@@ -55,8 +57,10 @@ def make_arms(names: Sequence[str], base: str | None) -> list[Arm]:
             raise UserError(f"'{name}' is neither a YAML file nor an algorithm preset ({', '.join(presets)})")
     labels = [arm.label for arm in arms]
     if len(set(labels)) != len(labels):
-        raise UserError(f"two configs share the name '{next(l for l in labels if labels.count(l) > 1)}'; give "
-                        "each its own file name")
+        raise UserError(
+            f"two configs share the name '{next(l for l in labels if labels.count(l) > 1)}'; give "
+            "each its own file name"
+        )
     return arms
 
 
@@ -69,9 +73,19 @@ def train_command(spec: RunSpec, overrides: Sequence[str]) -> list[str]:
     if spec.state() == "partial":
         return [sys.executable, "-m", "r3l.cli", "train", "--resume", str(spec.directory)]
     config = [spec.arm.config] if spec.arm.config else []
-    return [sys.executable, "-m", "r3l.cli", "train", *config, *spec.arm.overrides, *overrides,
-            f"run.seed={spec.seed}", f"run.dir={spec.directory.parent}", f"run.name={spec.directory.name}",
-            "logging.progress=false"]
+    return [
+        sys.executable,
+        "-m",
+        "r3l.cli",
+        "train",
+        *config,
+        *spec.arm.overrides,
+        *overrides,
+        f"run.seed={spec.seed}",
+        f"run.dir={spec.directory.parent}",
+        f"run.name={spec.directory.name}",
+        "logging.progress=false",
+    ]
 
 
 def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, log) -> list[RunSpec]:
@@ -92,8 +106,10 @@ def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, l
         spec, process = running.pop(0)
         if process.wait() != 0:
             failed.append(spec)
-            log(f"{spec.arm.label} seed {spec.seed}: failed (exit {process.returncode}; see "
-                f"{spec.directory.parent / (spec.directory.name + '.log')})")
+            log(
+                f"{spec.arm.label} seed {spec.seed}: failed (exit {process.returncode}; see "
+                f"{spec.directory.parent / (spec.directory.name + '.log')})"
+            )
         else:
             log(f"{spec.arm.label} seed {spec.seed}: done")
     return failed
@@ -102,9 +118,16 @@ def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, l
 def write_plan(out: Path, arms: Sequence[Arm], seeds: Sequence[int], overrides: Sequence[str]) -> None:
     """compare.json: what the comparison is, so `--table-only` and a resumed compare read the same plan."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps({
-        "arms": [{"label": a.label, "config": a.config, "overrides": list(a.overrides)} for a in arms],
-        "seeds": list(seeds), "overrides": list(overrides)}, indent=1))
+    (out / "compare.json").write_text(
+        json.dumps(
+            {
+                "arms": [{"label": a.label, "config": a.config, "overrides": list(a.overrides)} for a in arms],
+                "seeds": list(seeds),
+                "overrides": list(overrides),
+            },
+            indent=1,
+        )
+    )
 
 
 def read_plan(out: Path) -> tuple[list[Arm], list[int], list[str]]:

@@ -1,6 +1,7 @@
 """The comparison's plot. Held-out success before and after training per config, as a dumbbell (two markers
 with their 95% Wilson intervals, seeds pooled; never a line over training steps, which two evaluations cannot
 show); and, where runs evaluated during training (`eval.every`), the curve through those real evaluations."""
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,9 @@ def dumbbells(results: Sequence[RunResult]) -> dict[str, Dumbbell]:
         out[label] = Dumbbell(
             estimate([r.before for r in with_before], [r.before_counts for r in with_before], pooled_before),
             estimate([r.final for r in runs], [r.final_counts for r in runs], pooled),
-            [r.final for r in runs], max((r.steps for r in runs), default=0))
+            [r.final for r in runs],
+            max((r.steps for r in runs), default=0),
+        )
     return out
 
 
@@ -50,8 +53,9 @@ def curves(results: Sequence[RunResult]) -> dict[str, list[tuple[int, float, flo
     for label, steps in by_label.items():
         points = []
         for step, evaluations in sorted(steps.items()):
-            point = estimate([v for v, _ in evaluations], [c for _, c in evaluations],
-                             pooled_before if step == 0 else pooled)
+            point = estimate(
+                [v for v, _ in evaluations], [c for _, c in evaluations], pooled_before if step == 0 else pooled
+            )
             points.append((step, *point, len(evaluations)))
         out[label] = points
     return out
@@ -80,30 +84,70 @@ def figure(results: Sequence[RunResult]) -> Any:
                 continue
             centre, low, high = point
             error = [[centre - low], [high - centre]] if math.isfinite(low) else None
-            ax.errorbar([at], [centre], yerr=error, fmt="o", markersize=8, color=colour, markerfacecolor=face,
-                        markeredgewidth=1.5, capsize=4, zorder=3)
-            ax.annotate(f"{centre:.3f}", (at, low if math.isfinite(low) else centre), textcoords="offset points",
-                        xytext=(0, -6), ha="center", va="top", fontsize="small")
-        ax.plot([x + 0.3] * len(bell.per_seed), bell.per_seed, linestyle="none", marker="o", markersize=3.5,
-                color="black", alpha=0.6, zorder=4)
+            ax.errorbar(
+                [at],
+                [centre],
+                yerr=error,
+                fmt="o",
+                markersize=8,
+                color=colour,
+                markerfacecolor=face,
+                markeredgewidth=1.5,
+                capsize=4,
+                zorder=3,
+            )
+            ax.annotate(
+                f"{centre:.3f}",
+                (at, low if math.isfinite(low) else centre),
+                textcoords="offset points",
+                xytext=(0, -6),
+                ha="center",
+                va="top",
+                fontsize="small",
+            )
+        ax.plot(
+            [x + 0.3] * len(bell.per_seed),
+            bell.per_seed,
+            linestyle="none",
+            marker="o",
+            markersize=3.5,
+            color="black",
+            alpha=0.6,
+            zorder=4,
+        )
         if bell.before is not None and bell.after is not None:
             top = max(v for e in (bell.before, bell.after) for v in e if math.isfinite(v))
-            ax.annotate(f"change {bell.after[0] - bell.before[0]:+.3f}", (x, min(top + 0.03, 0.97)),
-                        ha="center", va="bottom", fontsize="small", color=colour)
-    ax.set_xticks(range(len(bells)), [f"{label}\n({len(b.per_seed)} seeds, {b.steps} steps)"
-                                      for label, b in bells.items()], fontsize="small")
+            ax.annotate(
+                f"change {bell.after[0] - bell.before[0]:+.3f}",
+                (x, min(top + 0.03, 0.97)),
+                ha="center",
+                va="bottom",
+                fontsize="small",
+                color=colour,
+            )
+    ax.set_xticks(
+        range(len(bells)),
+        [f"{label}\n({len(b.per_seed)} seeds, {b.steps} steps)" for label, b in bells.items()],
+        fontsize="small",
+    )
     ax.set_xlim(-0.6, len(bells) - 0.4)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("held-out success")
-    ax.set_title("held-out success before and after training\n(95% Wilson interval, seeds pooled)",
-                 fontsize="medium")
+    ax.set_title("held-out success before and after training\n(95% Wilson interval, seeds pooled)", fontsize="medium")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(handles=[
-        Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="grey", label="before training"),
-        Line2D([], [], linestyle="none", marker="o", color="grey", label="after training"),
-        Line2D([], [], linestyle="none", marker="o", markersize=3.5, color="black", alpha=0.6,
-               label="one seed, after")],
-        fontsize="small", loc="best")
+    ax.legend(
+        handles=[
+            Line2D(
+                [], [], linestyle="none", marker="o", markerfacecolor="white", color="grey", label="before training"
+            ),
+            Line2D([], [], linestyle="none", marker="o", color="grey", label="after training"),
+            Line2D(
+                [], [], linestyle="none", marker="o", markersize=3.5, color="black", alpha=0.6, label="one seed, after"
+            ),
+        ],
+        fontsize="small",
+        loc="best",
+    )
 
     if lines:
         ax = axes[1]
@@ -114,8 +158,10 @@ def figure(results: Sequence[RunResult]) -> Any:
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("training step")
         ax.set_ylabel("held-out success")
-        ax.set_title("held-out success at each evaluation during training\n(eval.every; band: 95% Wilson, seeds "
-                     "pooled)", fontsize="medium")
+        ax.set_title(
+            "held-out success at each evaluation during training\n(eval.every; band: 95% Wilson, seeds pooled)",
+            fontsize="medium",
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     return fig

@@ -1,4 +1,5 @@
 """`r3l compare` from start to table: check every config, run what is unfinished, write the table and plot."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -33,28 +34,40 @@ def check_configs(arms, overrides: Sequence[str]) -> str:
 
     environments = {arm.label: load_config(arm.config, [*arm.overrides, *overrides]).env.name for arm in arms}
     if len(set(environments.values())) > 1:
-        raise UserError("a comparison runs on one environment; these differ: "
-                        + ", ".join(f"{label}: {env}" for label, env in environments.items()))
+        raise UserError(
+            "a comparison runs on one environment; these differ: "
+            + ", ".join(f"{label}: {env}" for label, env in environments.items())
+        )
     return next(iter(environments.values()))
 
 
-def run_compare(names: Sequence[str], overrides: Sequence[str], seeds: str, base: str | None, out: Path | None,
-                parallel: int, table_only: bool) -> tuple[Path, str, int]:
+def run_compare(
+    names: Sequence[str],
+    overrides: Sequence[str],
+    seeds: str,
+    base: str | None,
+    out: Path | None,
+    parallel: int,
+    table_only: bool,
+) -> tuple[Path, str, int]:
     """(output folder, the table, how many runs failed)."""
     if names:
         arms, seed_list = make_arms(names, base), parse_seeds(seeds)
         env = check_configs(arms, overrides)
         out = out or Path("runs") / f"compare-{env}-{datetime.now():%Y%m%d-%H%M%S}"
         if (out / "compare.json").exists() and read_plan(out) != (arms, seed_list, list(overrides)):
-            raise UserError(f"{out} holds another comparison; choose another --out, or give no configs to "
-                            "continue the one there")
+            raise UserError(
+                f"{out} holds another comparison; choose another --out, or give no configs to continue the one there"
+            )
         write_plan(out, arms, seed_list, overrides)
     elif out is not None:
         arms, seed_list, overrides = read_plan(out)
         check_configs(arms, overrides)
     else:
-        raise UserError("name the configs to compare (YAML files or algorithm presets), or --out DIR of an "
-                        "earlier comparison to continue it")
+        raise UserError(
+            "name the configs to compare (YAML files or algorithm presets), or --out DIR of an "
+            "earlier comparison to continue it"
+        )
     specs = plan_runs(arms, seed_list, out)
     failed = [] if table_only else run_all(specs, overrides, parallel, lambda line: console.print(line))
     results = [read_run(spec) for spec in specs]

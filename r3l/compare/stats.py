@@ -1,4 +1,5 @@
 """Intervals for a held-out success rate: Wilson score intervals on success counts, pooled over seeds."""
+
 from __future__ import annotations
 
 import math
@@ -42,9 +43,11 @@ def pooled_before(counts: Sequence[Counts]) -> tuple[float, float, float] | None
     return pooled(counts)
 
 
-def estimate(values: Sequence[float], counts: Sequence[Counts | None],
-             pool: Callable[[Sequence[Counts]], tuple[float, float, float] | None] = pooled
-             ) -> tuple[float, float, float] | None:
+def estimate(
+    values: Sequence[float],
+    counts: Sequence[Counts | None],
+    pool: Callable[[Sequence[Counts]], tuple[float, float, float] | None] = pooled,
+) -> tuple[float, float, float] | None:
     """(success, low, high) of several runs' evaluations: `pool` of their counts when every run has them;
     otherwise the mean success with NaN bounds (an interval is not invented). None without any value."""
     if not values:

@@ -1,4 +1,5 @@
 """What finished runs of a comparison measured, and the table of it (one row per config)."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,11 @@ from r3l.compare.plan import RunSpec
 from r3l.compare.stats import Counts, estimate, pooled, pooled_before
 
 METRIC = "eval/success"
-INTERVAL_NOTE = ("Intervals: 95% Wilson score intervals on the held-out successes pooled over seeds. The seeds share "
-                 "one held-out task set, so an interval reflects the tasks drawn, not the spread between seeds (see "
-                 "per seed). Before: every seed starts from the same model; identical evaluations count once.")
+INTERVAL_NOTE = (
+    "Intervals: 95% Wilson score intervals on the held-out successes pooled over seeds. The seeds share "
+    "one held-out task set, so an interval reflects the tasks drawn, not the spread between seeds (see "
+    "per seed). Before: every seed starts from the same model; identical evaluations count once."
+)
 
 
 @dataclass
@@ -104,9 +107,19 @@ def table(results: Sequence[RunResult]) -> tuple[str, str]:
     with its 95% Wilson interval on the successes pooled over seeds, then steps, wall time and tokens (means
     over seeds)."""
     labels = list(dict.fromkeys(r.label for r in results))
-    header = ["config", "seeds", "before", "before: 95% Wilson", "after: held-out success (seeds pooled)",
-              "after: 95% Wilson (seeds pooled)", "per seed (after)", "steps", "wall time (min)",
-              "generated tokens", "trained tokens"]
+    header = [
+        "config",
+        "seeds",
+        "before",
+        "before: 95% Wilson",
+        "after: held-out success (seeds pooled)",
+        "after: 95% Wilson (seeds pooled)",
+        "per seed (after)",
+        "steps",
+        "wall time (min)",
+        "generated tokens",
+        "trained tokens",
+    ]
     rows = []
     for label in labels:
         runs = [r for r in results if r.label == label and r.final is not None]
@@ -114,15 +127,31 @@ def table(results: Sequence[RunResult]) -> tuple[str, str]:
             rows.append([label, "0", *["-"] * (len(header) - 2)])
             continue
         count = len(runs)
-        rows.append([label, str(count),
-                     *_cells([r.before for r in runs], [r.before_counts for r in runs], pooled_before),
-                     *_cells([r.final for r in runs], [r.final_counts for r in runs], pooled),
-                     " ".join(f"{r.final:.2f}" for r in runs), f"{sum(r.steps for r in runs) / count:.0f}",
-                     f"{sum(r.seconds for r in runs) / count / 60:.1f}",
-                     f"{sum(r.generated_tokens for r in runs) / count:.0f}",
-                     f"{sum(r.trained_tokens for r in runs) / count:.0f}"])
-    markdown = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                          *["| " + " | ".join(row) + " |" for row in rows]]) + "\n\n" + INTERVAL_NOTE + "\n"
+        rows.append(
+            [
+                label,
+                str(count),
+                *_cells([r.before for r in runs], [r.before_counts for r in runs], pooled_before),
+                *_cells([r.final for r in runs], [r.final_counts for r in runs], pooled),
+                " ".join(f"{r.final:.2f}" for r in runs),
+                f"{sum(r.steps for r in runs) / count:.0f}",
+                f"{sum(r.seconds for r in runs) / count / 60:.1f}",
+                f"{sum(r.generated_tokens for r in runs) / count:.0f}",
+                f"{sum(r.trained_tokens for r in runs) / count:.0f}",
+            ]
+        )
+    markdown = (
+        "\n".join(
+            [
+                "| " + " | ".join(header) + " |",
+                "|" + "---|" * len(header),
+                *["| " + " | ".join(row) + " |" for row in rows],
+            ]
+        )
+        + "\n\n"
+        + INTERVAL_NOTE
+        + "\n"
+    )
     csv = "\n".join(",".join(_csv_cell(cell) for cell in row) for row in [header, *rows]) + "\n"
     return markdown, csv
 

@@ -1,6 +1,7 @@
 """The learner across N ranks with torch FSDP2 (`fully_shard`): parameters, gradients and optimizer state
 sharded; each rank runs its share of the micro-batches and the gradients are summed, so an update equals the
 one-process update. gloo on CPU, NCCL on GPUs."""
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@ them first (a broadcast command) so that every rank runs the same collectives. R
 unsharded copy of the policy that receives the full weights after every update, so weight syncs,
 checkpoints (written unsharded, as in one process) and evaluation read it exactly as in one process.
 """
+
 from __future__ import annotations
 
 import copy
@@ -54,8 +55,12 @@ def scatter_training_state(learner, state: dict[str, Any]) -> None:
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
     if not state.get("skip_optimizer"):
-        set_optimizer_state_dict(learner.model, learner.optimizer, state.get("optimizer", {}),
-                                 options=_full_options(broadcast_from_rank0=True))
+        set_optimizer_state_dict(
+            learner.model,
+            learner.optimizer,
+            state.get("optimizer", {}),
+            options=_full_options(broadcast_from_rank0=True),
+        )
     learner.scheduler.load_state_dict(state["scheduler"])
     learner.nonfinite_updates = state.get("nonfinite_updates", 0)
 
@@ -76,8 +81,9 @@ def load_sharded(learner, folder: str) -> None:
     model_state, optimizer_state = get_state_dict(learner.model, learner.optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=folder)
-    set_state_dict(learner.model, learner.optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optimizer"])
+    set_state_dict(
+        learner.model, learner.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+    )
 
 
 def free_port() -> int:
@@ -150,8 +156,9 @@ class LearnerGroup:
         port = free_port()
         context = mp.get_context("spawn")
         arguments = (self.world, config.model_dump(mode="json"), port, backend, settings.worker_timeout_s)
-        self.processes = [context.Process(target=serve_rank, args=(rank, *arguments), daemon=True)
-                          for rank in range(1, self.world)]
+        self.processes = [
+            context.Process(target=serve_rank, args=(rank, *arguments), daemon=True) for rank in range(1, self.world)
+        ]
         for process in self.processes:
             process.start()
         self.closed = False
@@ -196,8 +203,10 @@ class LearnerGroup:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
         tied = {name for name in missing if name.endswith("lm_head.weight")}  # one tensor with the embedding
         if unexpected or set(missing) - tied:
-            raise RuntimeError(f"gathered weights do not fit the policy: missing {sorted(set(missing) - tied)[:3]}, "
-                               f"unexpected {unexpected[:3]}")
+            raise RuntimeError(
+                f"gathered weights do not fit the policy: missing {sorted(set(missing) - tied)[:3]}, "
+                f"unexpected {unexpected[:3]}"
+            )
         return metrics
 
     def training_state(self) -> dict[str, Any]:

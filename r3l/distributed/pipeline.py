@@ -1,5 +1,6 @@
 """Keeps the next S batches exploring on the rollout workers while the learner trains this one, and stamps
 each batch with the weights version it was explored with (distributed.max_staleness = S; 0: synchronous)."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -12,6 +13,7 @@ from r3l.distributed.staleness import admissible, batches_in_flight, staleness
 @dataclass
 class Drawn:
     """A batch of tasks and the sampler's position before it was drawn (where a resume must start again)."""
+
     tasks: list
     sampler_state: dict[str, Any]
     task_builds: int

@@ -1,5 +1,6 @@
 """The trainer's side of rollout workers: starts them as Ray actors, sends each the policy's weights after
 every update (with a version number) and splits each step's batch across them (`distributed.rollout_workers`)."""
+
 from __future__ import annotations
 
 import math
@@ -19,6 +20,7 @@ from r3l.logging import console
 @dataclass
 class Exploration:
     """A batch being explored: its shards of tasks, the step, the weights version it was sent with."""
+
     shards: list[list]
     step: int
     version: int
@@ -37,18 +39,29 @@ class RolloutPool:
         self._ray = ray
         self.settings = config.distributed
         if self.settings.weight_sync == "broadcast" and self.settings.on_worker_failure == "retry":
-            raise UserError("distributed.weight_sync=broadcast cannot take in a replacement worker (its process "
-                            "group is fixed); use on_worker_failure=fail or weight_sync=object_store")
+            raise UserError(
+                "distributed.weight_sync=broadcast cannot take in a replacement worker (its process "
+                "group is fixed); use on_worker_failure=fail or weight_sync=object_store"
+            )
         self._config = config.model_dump(mode="json")
         self._dtype = getattr(torch, generator_dtype(config))
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
             local = self.settings.ray_address is None
             wanted = math.ceil(self.settings.rollout_workers * self.settings.worker_cpus)
-            ray.init(address=self.settings.ray_address, include_dashboard=False, configure_logging=False,
-                     log_to_driver=False, num_cpus=max(os.cpu_count() or 1, wanted) if local else None,
-                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-                                               "TOKENIZERS_PARALLELISM": "false"}})
+            ray.init(
+                address=self.settings.ray_address,
+                include_dashboard=False,
+                configure_logging=False,
+                log_to_driver=False,
+                num_cpus=max(os.cpu_count() or 1, wanted) if local else None,
+                runtime_env={
+                    "env_vars": {
+                        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                        "TOKENIZERS_PARALLELISM": "false",
+                    }
+                },
+            )
         self._actor = ray.remote(RolloutWorker)
         self.stream = None
         self.restarts = 0
@@ -69,23 +82,32 @@ class RolloutPool:
         """One placement-group bundle per worker, placed by `distributed.placement`; waits until it fits."""
         from ray.util.placement_group import placement_group
 
-        bundle = {"CPU": self.settings.worker_cpus, **({"GPU": self.settings.worker_gpus}
-                                                       if self.settings.worker_gpus else {})}
+        bundle = {
+            "CPU": self.settings.worker_cpus,
+            **({"GPU": self.settings.worker_gpus} if self.settings.worker_gpus else {}),
+        }
         workers, total = self.settings.rollout_workers, self._ray.cluster_resources()
-        short = [f"{amount * workers:g} {name} (the cluster has {total.get(name, 0):g})"
-                 for name, amount in bundle.items() if amount * workers > total.get(name, 0)]
+        short = [
+            f"{amount * workers:g} {name} (the cluster has {total.get(name, 0):g})"
+            for name, amount in bundle.items()
+            if amount * workers > total.get(name, 0)
+        ]
         if self.settings.placement == "strict_spread" and workers > len([n for n in self._ray.nodes() if n["Alive"]]):
             short.append(f"{workers} nodes for placement=strict_spread")
         if short:
-            raise UserError(f"{workers} rollout workers need {', '.join(short)}; lower distributed.rollout_workers, "
-                            "worker_cpus or worker_gpus, or start more Ray nodes")
+            raise UserError(
+                f"{workers} rollout workers need {', '.join(short)}; lower distributed.rollout_workers, "
+                "worker_cpus or worker_gpus, or start more Ray nodes"
+            )
         group = placement_group([bundle] * workers, strategy=self.settings.placement.upper())
         try:
             self._ray.get(group.ready(), timeout=self.settings.worker_timeout_s)
         except self._ray.exceptions.GetTimeoutError:
-            raise RunStopped(f"the Ray cluster cannot place {self.settings.rollout_workers} rollout workers of "
-                             f"{bundle} ({self.settings.placement}) within distributed.worker_timeout_s; "
-                             "free resources, lower distributed.worker_cpus/worker_gpus, or use placement=pack") from None
+            raise RunStopped(
+                f"the Ray cluster cannot place {self.settings.rollout_workers} rollout workers of "
+                f"{bundle} ({self.settings.placement}) within distributed.worker_timeout_s; "
+                "free resources, lower distributed.worker_cpus/worker_gpus, or use placement=pack"
+            ) from None
         return group
 
     def _start_worker(self, index: int):
@@ -93,10 +115,12 @@ class RolloutPool:
 
         threads = max(1, int(self.settings.worker_cpus))
         strategy = PlacementGroupSchedulingStrategy(self._placement, placement_group_bundle_index=index)
-        return self._actor.options(num_cpus=self.settings.worker_cpus, num_gpus=self.settings.worker_gpus,
-                                   scheduling_strategy=strategy,
-                                   runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}}
-                                   ).remote(self._config, threads)
+        return self._actor.options(
+            num_cpus=self.settings.worker_cpus,
+            num_gpus=self.settings.worker_gpus,
+            scheduling_strategy=strategy,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},
+        ).remote(self._config, threads)
 
     def nodes(self) -> list[str]:
         """The Ray node of each worker, in order."""
@@ -106,8 +130,10 @@ class RolloutPool:
         try:
             return self._ray.get(futures, timeout=self.settings.worker_timeout_s)
         except self._ray.exceptions.GetTimeoutError:
-            raise RunStopped(f"rollout workers did not finish their {what} within distributed.worker_timeout_s="
-                             f"{self.settings.worker_timeout_s:g} s") from None
+            raise RunStopped(
+                f"rollout workers did not finish their {what} within distributed.worker_timeout_s="
+                f"{self.settings.worker_timeout_s:g} s"
+            ) from None
         except self._ray.exceptions.RayError as error:
             raise RunStopped(f"a rollout worker failed during its {what}: {_first_line(error)}") from None
 
@@ -117,8 +143,9 @@ class RolloutPool:
         self.version += 1
         what = f"weight sync (version {self.version})"
         if self.settings.weight_sync == "object_store":
-            self._weights = self._ray.put({name: tensor.detach().to("cpu", self._dtype)
-                                           for name, tensor in state_dict.items()})
+            self._weights = self._ray.put(
+                {name: tensor.detach().to("cpu", self._dtype) for name, tensor in state_dict.items()}
+            )
             futures = [worker.sync_weights.remote(self._weights, self.version) for worker in self.workers]
             if self.settings.on_worker_failure != "retry":
                 self._wait(futures, what)
@@ -127,8 +154,10 @@ class RolloutPool:
                 try:
                     self._ray.get(future, timeout=self.settings.worker_timeout_s)
                 except (self._ray.exceptions.RayError, self._ray.exceptions.GetTimeoutError) as error:
-                    console.print(f"[yellow]rollout worker {index} failed during its {what}: {_first_line(error)}; "
-                                  "replacing it[/]")
+                    console.print(
+                        f"[yellow]rollout worker {index} failed during its {what}: {_first_line(error)}; "
+                        "replacing it[/]"
+                    )
                     self._replace(index)  # the replacement gets these weights
             return
         if self.stream is None:
@@ -148,8 +177,10 @@ class RolloutPool:
 
         entries, host, port = manifest(state_dict, self._dtype), get_node_ip_address(), free_port()
         world, timeout = len(self.workers) + 1, self.settings.worker_timeout_s
-        opened = [worker.open_stream.remote(host, port, rank, world, entries, timeout)
-                  for rank, worker in enumerate(self.workers, start=1)]
+        opened = [
+            worker.open_stream.remote(host, port, rank, world, entries, timeout)
+            for rank, worker in enumerate(self.workers, start=1)
+        ]
         self.stream = WeightStream(host, port, 0, world, entries, timeout)  # waits for every worker to connect
         self._wait(opened, "weight stream start")
 
@@ -161,18 +192,28 @@ class RolloutPool:
     def submit(self, tasks: Sequence, step: int) -> "Exploration":
         """Start exploring `tasks` with the current weights; `collect` waits for the result."""
         shards = contiguous_shards(len(tasks), len(self.workers))
-        futures = [self.workers[index].explore.remote([tasks[i] for i in shard], step, self.version)
-                   for index, shard in enumerate(shards)]
-        return Exploration([[tasks[i] for i in shard] for shard in shards], step, self.version, futures,
-                           list(self.workers[:len(shards)]))
+        futures = [
+            self.workers[index].explore.remote([tasks[i] for i in shard], step, self.version)
+            for index, shard in enumerate(shards)
+        ]
+        return Exploration(
+            [[tasks[i] for i in shard] for shard in shards],
+            step,
+            self.version,
+            futures,
+            list(self.workers[: len(shards)]),
+        )
 
     def collect(self, exploration: "Exploration") -> tuple[list, dict[str, float], int]:
         """(experiences in batch order, merged metrics, the oldest weights version any shard used)."""
-        results = [self._shard_result(index, tasks, exploration, future)
-                   for index, (tasks, future) in enumerate(zip(exploration.shards, exploration.futures))]
+        results = [
+            self._shard_result(index, tasks, exploration, future)
+            for index, (tasks, future) in enumerate(zip(exploration.shards, exploration.futures))
+        ]
         experiences = [experience for shard_experiences, _, _ in results for experience in shard_experiences]
-        metrics = merge_shard_metrics([(shard_metrics, len(tasks))
-                                       for (_, shard_metrics, _), tasks in zip(results, exploration.shards)])
+        metrics = merge_shard_metrics(
+            [(shard_metrics, len(tasks)) for (_, shard_metrics, _), tasks in zip(results, exploration.shards)]
+        )
         metrics.update({"rollout_workers": float(len(results)), "rollout_worker_restarts": float(self.restarts)})
         return experiences, metrics, min((version for *_, version in results), default=exploration.version)
 
@@ -182,17 +223,23 @@ class RolloutPool:
             experiences, metrics, _ = self._ray.get(future, timeout=self.settings.worker_timeout_s)
             return experiences, metrics, exploration.version
         except (self._ray.exceptions.RayError, self._ray.exceptions.GetTimeoutError) as error:
-            reason = ("no answer within distributed.worker_timeout_s" if isinstance(
-                error, self._ray.exceptions.GetTimeoutError) else _first_line(error))
+            reason = (
+                "no answer within distributed.worker_timeout_s"
+                if isinstance(error, self._ray.exceptions.GetTimeoutError)
+                else _first_line(error)
+            )
             where = f"rollout worker {index} failed at step {step + 1} on tasks {', '.join(t.id for t in tasks)}"
             if self.settings.on_worker_failure != "retry":
-                raise RunStopped(f"{where}: {reason}; set distributed.on_worker_failure=retry to replace it and "
-                                 "rerun its shard") from None
+                raise RunStopped(
+                    f"{where}: {reason}; set distributed.on_worker_failure=retry to replace it and rerun its shard"
+                ) from None
         console.print(f"[yellow]{where}: {reason}; replacing it and rerunning its shard[/]")
         if self.workers[index] is exploration.workers[index]:
             self._replace(index)  # the replacement has the newest weights, so the rerun explores with those
-        experiences, metrics, _ = self._wait([self.workers[index].explore.remote(tasks, step, self.version)],
-                                             f"rerun of tasks {', '.join(t.id for t in tasks)}")[0]
+        experiences, metrics, _ = self._wait(
+            [self.workers[index].explore.remote(tasks, step, self.version)],
+            f"rerun of tasks {', '.join(t.id for t in tasks)}",
+        )[0]
         return experiences, metrics, self.version
 
     def _replace(self, index: int) -> None:

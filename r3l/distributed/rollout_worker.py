@@ -1,5 +1,6 @@
 """A rollout worker: one process (a Ray actor) with its own generator, environments and strategy, which
 explores the shard of each step's batch it is given with the weights it was last sent."""
+
 from __future__ import annotations
 
 import os

@@ -1,12 +1,24 @@
 """How a step's batch is split across rollout workers and how their metrics are put back together."""
+
 from __future__ import annotations
 
 from typing import Sequence
 
 # metrics that count things (summed across shards); every other metric is a mean (weighted by tasks)
-COUNTED = frozenset({"generated_tokens", "base_count", "base_successes", "base_generated_tokens", "replay_mismatches",
-                     "retry_count", "filled_slots", "success_reflections_trained", "prompts_over_context",
-                     "report_count"})
+COUNTED = frozenset(
+    {
+        "generated_tokens",
+        "base_count",
+        "base_successes",
+        "base_generated_tokens",
+        "replay_mismatches",
+        "retry_count",
+        "filled_slots",
+        "success_reflections_trained",
+        "prompts_over_context",
+        "report_count",
+    }
+)
 COUNTED_PREFIXES = ("pivot_count/",)
 
 

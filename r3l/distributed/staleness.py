@@ -1,5 +1,6 @@
 """Bounded staleness: rollouts for later steps run while the learner trains, never more than S policy
 versions behind the weights they are trained into (S = distributed.max_staleness; 0 = synchronous)."""
+
 from __future__ import annotations
 
 

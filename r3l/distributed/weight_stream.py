@@ -2,6 +2,7 @@
 version first, then the tensors in buckets (same dtype, up to `bucket_bytes`), broadcast from the trainer.
 gloo here (CPU tensors); the group is its own (a TCPStore and a ProcessGroup object), so it lives beside the
 learner ranks' default group."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,10 @@ class Entry:
 
 def manifest(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> list[Entry]:
     """What is sent, in order (`dtype`: what floating-point tensors are cast to before sending)."""
-    return [Entry(name, tuple(tensor.shape), dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
-            for name, tensor in state_dict.items()]
+    return [
+        Entry(name, tuple(tensor.shape), dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
+        for name, tensor in state_dict.items()
+    ]
 
 
 def plan_buckets(entries: Sequence[Entry], bucket_bytes: int = BUCKET_BYTES) -> list[list[int]]:
@@ -48,8 +51,16 @@ def plan_buckets(entries: Sequence[Entry], bucket_bytes: int = BUCKET_BYTES) -> 
 class WeightStream:
     """One end of the stream: rank 0 sends (the trainer), ranks 1..N receive (the workers)."""
 
-    def __init__(self, host: str, port: int, rank: int, world: int, entries: Sequence[Entry], timeout_s: float,
-                 bucket_bytes: int = BUCKET_BYTES):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world: int,
+        entries: Sequence[Entry],
+        timeout_s: float,
+        bucket_bytes: int = BUCKET_BYTES,
+    ):
         timeout = timedelta(seconds=timeout_s)
         self.store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
         self.group = dist.ProcessGroupGloo(self.store, rank, world, timeout)
@@ -78,6 +89,6 @@ class WeightStream:
             offset = 0
             for entry in entries:
                 count = torch.Size(entry.shape).numel()
-                weights[entry.name] = flat[offset:offset + count].view(entry.shape)
+                weights[entry.name] = flat[offset : offset + count].view(entry.shape)
                 offset += count
         return int(version.item()), weights

@@ -1,4 +1,5 @@
 """Environment registry: `make(name, **kwargs)` builds one; each environment lives in its own module."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -10,6 +11,7 @@ from r3l.registry import Registry, import_submodules
 
 ENVS: Registry[type[Env]] = Registry("environment")
 register = ENVS.register
+
 
 def _load_all() -> None:
     import_submodules(__name__)
@@ -36,8 +38,10 @@ def require_single_turn(make_env: Callable[[], Env], what: str) -> None:
     env = make_env()
     if not isinstance(env, SingleTurnEnv):
         getattr(env, "close", lambda: None)()
-        raise UserError(f"{what} needs a single-turn environment (one prompt, one answer), and '{env.name}' is "
-                        "multi-turn; use the r3l strategy (algorithm=r3l) or a single-turn env (see `r3l envs`)")
+        raise UserError(
+            f"{what} needs a single-turn environment (one prompt, one answer), and '{env.name}' is "
+            "multi-turn; use the r3l strategy (algorithm=r3l) or a single-turn env (see `r3l envs`)"
+        )
 
 
 def available() -> list[tuple[str, str]]:
@@ -45,5 +49,17 @@ def available() -> list[tuple[str, str]]:
     return [(name, cls.description) for name, cls in ENVS]
 
 
-__all__ = ["Env", "SingleTurnEnv", "StepResult", "Task", "Verdict", "judge", "ENVS", "register", "make", "available",
-           "env_class", "require_single_turn"]
+__all__ = [
+    "Env",
+    "SingleTurnEnv",
+    "StepResult",
+    "Task",
+    "Verdict",
+    "judge",
+    "ENVS",
+    "register",
+    "make",
+    "available",
+    "env_class",
+    "require_single_turn",
+]

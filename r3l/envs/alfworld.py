@@ -18,6 +18,7 @@ ended the episode instead).
 The environment talks to an `ALFWorldBackend`; the TextWorld one is made unless a backend is given
 (tests pass a small fake game).
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,13 +36,21 @@ from r3l.envs.base import Task
 from r3l.envs.text_game import TextGameEnv, View, check_count, round_robin
 from r3l.errors import UserError
 
-TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
-              "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
 TEST_FOLDERS = ("valid_seen", "valid_unseen")
 GAME_FILE = "game.tw-pddl"
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
-MISSING = ("the alfworld env needs ALFWorld: pip install alfworld, then alfworld-download for the games "
-           "(env.args.data_dir or ALFWORLD_DATA names their folder)")
+MISSING = (
+    "the alfworld env needs ALFWorld: pip install alfworld, then alfworld-download for the games "
+    "(env.args.data_dir or ALFWORLD_DATA names their folder)"
+)
 
 SYSTEM_PROMPT = (
     "You are a household robot in a text world. The first user message gives your task, e.g. 'put a clean "
@@ -103,8 +112,10 @@ def list_games(root: str, folder: str) -> tuple[str, ...]:
             continue
         found.append(game)
     if not found:
-        raise UserError(f"no ALFWorld games under {base / folder}; run alfworld-download, or point env.args.data_dir "
-                        "(or ALFWORLD_DATA) at the folder that holds json_2.1.1")
+        raise UserError(
+            f"no ALFWorld games under {base / folder}; run alfworld-download, or point env.args.data_dir "
+            "(or ALFWORLD_DATA) at the folder that holds json_2.1.1"
+        )
     return tuple(found)
 
 
@@ -135,8 +146,12 @@ class TextWorldBackend(ALFWorldBackend):
         self.close()
         infos = textworld.EnvInfos(admissible_commands=True, won=True)
         game_file = self.root / "json_2.1.1" / game / GAME_FILE
-        env_id = textworld.gym.register_game(str(game_file), infos, max_episode_steps=10**6,  # max_steps ends episodes
-                                             wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
+        env_id = textworld.gym.register_game(
+            str(game_file),
+            infos,
+            max_episode_steps=10**6,  # max_steps ends episodes
+            wrappers=[AlfredDemangler(shuffle=False), AlfredInfos],
+        )
         self._game = textworld.gym.make(env_id)
         observation, state = self._game.reset()
         return View(observation, tuple(state["admissible_commands"]))
@@ -162,22 +177,33 @@ class ALFWorldEnv(TextGameEnv):
         "data_dir": "the folder alfworld-download filled (null: $ALFWORLD_DATA, else ~/.cache/alfworld)",
         "test_split": "the test games: valid_seen (R3L's) or valid_unseen (rooms not seen in training)",
         "task_types": "ALFWorld task types to use, tasks alternating between them (null: all): "
-                      + ", ".join(TASK_TYPES),
+        + ", ".join(TASK_TYPES),
     }
 
-    def __init__(self, *, data_dir: str | None = None, test_split: str = "valid_seen",
-                 task_types: Sequence[str] | str | None = None, train_size: int | None = None,
-                 test_size: int | None = None, max_steps: int = 25, seed: int = 0, show_actions: bool = True,
-                 backend: ALFWorldBackend | None = None):
+    def __init__(
+        self,
+        *,
+        data_dir: str | None = None,
+        test_split: str = "valid_seen",
+        task_types: Sequence[str] | str | None = None,
+        train_size: int | None = None,
+        test_size: int | None = None,
+        max_steps: int = 25,
+        seed: int = 0,
+        show_actions: bool = True,
+        backend: ALFWorldBackend | None = None,
+    ):
         super().__init__(max_steps=max_steps, show_actions=show_actions)
         if test_split not in TEST_FOLDERS:
             raise UserError(f"env.args.test_split must be one of {', '.join(TEST_FOLDERS)}, got '{test_split}'")
-        types = TASK_TYPES if task_types is None else ((task_types,) if isinstance(task_types, str) else
-                                                      tuple(task_types))
+        types = (
+            TASK_TYPES if task_types is None else ((task_types,) if isinstance(task_types, str) else tuple(task_types))
+        )
         unknown = [name for name in types if name not in TASK_TYPES]
         if unknown or not types:
-            raise UserError(f"env.args.task_types must name ALFWorld task types ({', '.join(TASK_TYPES)}); "
-                            f"got {list(types)}")
+            raise UserError(
+                f"env.args.task_types must name ALFWorld task types ({', '.join(TASK_TYPES)}); got {list(types)}"
+            )
         check_count("train_size", train_size, 0, optional=True)
         check_count("test_size", test_size, 0, optional=True)
         self.backend = backend if backend is not None else TextWorldBackend(data_dir)
@@ -196,8 +222,12 @@ class ALFWorldEnv(TextGameEnv):
             random.Random(f"{self.seed}-{split}-{name}").shuffle(games)
         size = self.sizes[split]
         chosen = round_robin(pools, sum(map(len, pools.values())) if size is None else size)
-        return [Task(id=f"{self.name}-{game}", prompt=f"ALFWorld {kind} game {game}",
-                     data={"game": game, "task_type": kind}) for kind, game in chosen]
+        return [
+            Task(
+                id=f"{self.name}-{game}", prompt=f"ALFWorld {kind} game {game}", data={"game": game, "task_type": kind}
+            )
+            for kind, game in chosen
+        ]
 
     def _start(self, task: Task) -> View:
         view = self.backend.reset(task.data["game"])

@@ -1,5 +1,6 @@
 """Pull the final answer out of a model reply (a tagged block, a \\boxed{} value, or else the last number) and
 read a number written out, telling it apart from an expression that still needs computing."""
+
 from __future__ import annotations
 
 import re
@@ -11,9 +12,7 @@ TAIL_CHARS = 4000  # where a final answer is looked for: far more than any answe
 MAX_NUMBER_CHARS = 1000  # Python refuses to convert integers of more than 4300 digits; no answer needs that many
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+"
 _FINAL_NUMBER = re.compile(rf"(?<![\w.])((?:{_NUMBER})(?:\s*/\s*\d+)?)(?![\w])")
-_WHOLE_NUMBER = re.compile(
-    rf"^\s*[$£€]?\s*({_NUMBER})\s*(?:/\s*(\d+))?\s*%?\s*(?:[A-Za-z][A-Za-z ]*)?\.?\s*$"
-)
+_WHOLE_NUMBER = re.compile(rf"^\s*[$£€]?\s*({_NUMBER})\s*(?:/\s*(\d+))?\s*%?\s*(?:[A-Za-z][A-Za-z ]*)?\.?\s*$")
 
 
 _LITERAL = re.compile(rf"^[$£€]?\s*({_NUMBER})\s*%?\s*(?:[A-Za-z][A-Za-z ]*)?\.?$")
@@ -93,10 +92,10 @@ def _unwrap_latex(text: str) -> str:
     body = _LATEX_TEXT.sub(lambda match: match.group(1), body).strip()
     for opening, closing in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if len(body) > len(opening) + len(closing) and body.startswith(opening) and body.endswith(closing):
-            body = body[len(opening):-len(closing)].strip()
+            body = body[len(opening) : -len(closing)].strip()
     boxed = _BOXED.match(body)
     if boxed and body.endswith("}"):
-        body = body[boxed.end():-1].strip()
+        body = body[boxed.end() : -1].strip()
     return body
 
 

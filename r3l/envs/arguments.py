@@ -1,4 +1,5 @@
 """An environment's settings (`env.args`), read from its constructor: names, defaults, help, and checks."""
+
 from __future__ import annotations
 
 import inspect
@@ -26,8 +27,11 @@ def env_arguments(cls: type) -> list[EnvArgument]:
     over those of the classes it extends, so a setting a base class takes is explained there once)."""
     helps = argument_help(cls)
     parameters = inspect.signature(cls.__init__).parameters.values()
-    return [EnvArgument(p.name, p.default, helps.get(p.name, "")) for p in parameters
-            if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [
+        EnvArgument(p.name, p.default, helps.get(p.name, ""))
+        for p in parameters
+        if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
 
 
 def argument_help(cls: type) -> dict[str, str]:
@@ -43,13 +47,16 @@ def check_arguments(name: str, cls: type, given: dict[str, Any]) -> None:
     known = {argument.name for argument in arguments}
     unknown = sorted(set(given) - known)
     if unknown:
-        raise UserError(f"environment '{name}' has no setting env.args.{unknown[0]}; its settings: "
-                        f"{', '.join(sorted(known)) or 'none'} (see `r3l envs {name}`)")
+        raise UserError(
+            f"environment '{name}' has no setting env.args.{unknown[0]}; its settings: "
+            f"{', '.join(sorted(known)) or 'none'} (see `r3l envs {name}`)"
+        )
     for argument in arguments:
         if argument.required and given.get(argument.name) is None:
             what = f" ({argument.help})" if argument.help else ""
-            raise UserError(f"environment '{name}' needs env.args.{argument.name}{what}; "
-                            f"set it, e.g. env.args.{argument.name}=...")
+            raise UserError(
+                f"environment '{name}' needs env.args.{argument.name}{what}; set it, e.g. env.args.{argument.name}=..."
+            )
 
 
 def default_arguments(cls: type) -> dict[str, Any]:

@@ -6,6 +6,7 @@ distinct items and the train split the next `train_size`, so the splits never sh
 the test split does not change with `train_size`. Tasks are generated on first access and shared by
 every instance made with the same settings, so making an environment per batch stays cheap.
 """
+
 from __future__ import annotations
 
 import random
@@ -29,8 +30,9 @@ Item = dict[str, Any]  # reasoning-gym's record: question, answer, metadata
 class TaskDraws:
     """Distinct items drawn in index order from `draw`, made on demand; thread-safe."""
 
-    def __init__(self, env_name: str, draw: Callable[[int], Item | None], key: Callable[[Item], Hashable],
-                 max_draws: int):
+    def __init__(
+        self, env_name: str, draw: Callable[[int], Item | None], key: Callable[[Item], Hashable], max_draws: int
+    ):
         self._env_name = env_name
         self._draw = draw
         self._key = key
@@ -114,8 +116,7 @@ class ReasoningGymEnv(SingleTurnEnv):
         draws.ensure(min(1, self.test_size + self.train_size))  # fail early on settings that cannot make tasks
         return {
             "test": SplitView(draws, 0, self.test_size, lambda item, i: self.to_task(item, "test", i)),
-            "train": SplitView(draws, self.test_size, self.train_size,
-                               lambda item, i: self.to_task(item, "train", i)),
+            "train": SplitView(draws, self.test_size, self.train_size, lambda item, i: self.to_task(item, "train", i)),
         }
 
     def tasks(self, split: str) -> Sequence[Task]:
@@ -165,8 +166,16 @@ class _TaggedAnswerEnv(ReasoningGymEnv):
         "instruction": "the text after each question (empty: the question alone)",
     }
 
-    def __init__(self, *, seed: int, train_size: int, test_size: int, reveal_answer_in_feedback: bool,
-                 config: dict[str, Any], instruction: str = ANSWER_INSTRUCTION):
+    def __init__(
+        self,
+        *,
+        seed: int,
+        train_size: int,
+        test_size: int,
+        reveal_answer_in_feedback: bool,
+        config: dict[str, Any],
+        instruction: str = ANSWER_INSTRUCTION,
+    ):
         self.reveal_answer_in_feedback = reveal_answer_in_feedback
         self.instruction = instruction
         super().__init__(seed=seed, train_size=train_size, test_size=test_size, config=config)
@@ -196,16 +205,39 @@ class ArithmeticEnv(_TaggedAnswerEnv):
         "allow_negation": "numbers may be negative",
     }
 
-    def __init__(self, *, seed: int = 0, train_size: int = 2000, test_size: int = 200,
-                 min_terms: int = 2, max_terms: int = 6, min_digits: int = 1, max_digits: int = 4,
-                 operators: Sequence[str] = ("+", "-", "*", "/"), allow_parentheses: bool = True,
-                 allow_negation: bool = True, reveal_answer_in_feedback: bool = True,
-                 instruction: str = ANSWER_INSTRUCTION):
-        config = dict(min_terms=min_terms, max_terms=max_terms, min_digits=min_digits, max_digits=max_digits,
-                      operators=tuple(operators), allow_parentheses=allow_parentheses,
-                      allow_negation=allow_negation)
-        super().__init__(seed=seed, train_size=train_size, test_size=test_size,
-                         reveal_answer_in_feedback=reveal_answer_in_feedback, config=config, instruction=instruction)
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        train_size: int = 2000,
+        test_size: int = 200,
+        min_terms: int = 2,
+        max_terms: int = 6,
+        min_digits: int = 1,
+        max_digits: int = 4,
+        operators: Sequence[str] = ("+", "-", "*", "/"),
+        allow_parentheses: bool = True,
+        allow_negation: bool = True,
+        reveal_answer_in_feedback: bool = True,
+        instruction: str = ANSWER_INSTRUCTION,
+    ):
+        config = dict(
+            min_terms=min_terms,
+            max_terms=max_terms,
+            min_digits=min_digits,
+            max_digits=max_digits,
+            operators=tuple(operators),
+            allow_parentheses=allow_parentheses,
+            allow_negation=allow_negation,
+        )
+        super().__init__(
+            seed=seed,
+            train_size=train_size,
+            test_size=test_size,
+            reveal_answer_in_feedback=reveal_answer_in_feedback,
+            config=config,
+            instruction=instruction,
+        )
 
     def keep(self, item: Item) -> bool:
         """reasoning-gym computes some golds with floor division ('8 / 79' -> 0); keep only exact ones."""
@@ -222,10 +254,23 @@ class GsmEnv(_TaggedAnswerEnv):
     description = "Grade-school word problems from GSM8K templates (reasoning-gym gsm_symbolic)."
     dataset_name = "gsm_symbolic"
 
-    def __init__(self, *, seed: int = 0, train_size: int = 2000, test_size: int = 200,
-                 reveal_answer_in_feedback: bool = True, instruction: str = ANSWER_INSTRUCTION):
-        super().__init__(seed=seed, train_size=train_size, test_size=test_size,
-                         reveal_answer_in_feedback=reveal_answer_in_feedback, config={}, instruction=instruction)
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        train_size: int = 2000,
+        test_size: int = 200,
+        reveal_answer_in_feedback: bool = True,
+        instruction: str = ANSWER_INSTRUCTION,
+    ):
+        super().__init__(
+            seed=seed,
+            train_size=train_size,
+            test_size=test_size,
+            reveal_answer_in_feedback=reveal_answer_in_feedback,
+            config={},
+            instruction=instruction,
+        )
 
 
 # Environments are made once per batch; tasks made for the same settings are shared across instances.

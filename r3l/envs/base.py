@@ -1,4 +1,5 @@
 """The environment protocol: tasks, reset/step/replay, and the verdict a verifier returns."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

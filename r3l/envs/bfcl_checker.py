@@ -10,6 +10,7 @@ It is cheap: over 35,000 right and wrong replies to the default categories' task
 50-75 us a reply on one CPU core (the checker itself 35-40 us; parsing the reply adds ~30 us). The checker
 is imported once, in a few milliseconds.
 """
+
 from __future__ import annotations
 
 import functools
@@ -56,6 +57,7 @@ def load_ast_checker() -> tuple[Callable[..., dict[str, Any]], Any, str]:
         module = importlib.import_module("bfcl_eval.eval_checker.ast_eval.ast_checker")
         model_name = _keeping_names(mapping)
     from bfcl_eval.constants.enums import Language
+
     return module.ast_checker, Language.PYTHON, model_name
 
 
@@ -106,22 +108,33 @@ def model_output(calls: Sequence[Call]) -> list[dict[str, dict[str, Any]]]:
     return [{call.name: dict(call.arguments)} for call in calls]
 
 
-def official_verdict(calls: Sequence[Call], ground_truth: Sequence[Mapping[str, Any]],
-                     functions: Sequence[Mapping[str, Any]], category: str) -> Verdict:
+def official_verdict(
+    calls: Sequence[Call],
+    ground_truth: Sequence[Mapping[str, Any]],
+    functions: Sequence[Mapping[str, Any]],
+    category: str,
+) -> Verdict:
     """BFCL's AST checker's judgement of `calls` for a task of `category` ('simple', 'live_multiple', ...)."""
     checker, language, model_name = load_ast_checker()
     try:
-        result = checker(list(functions), model_output(calls), list(ground_truth), language,
-                         checker_category(category), model_name)
+        result = checker(
+            list(functions), model_output(calls), list(ground_truth), language, checker_category(category), model_name
+        )
         valid = bool(result.get("valid"))
         errors = result.get("error") or []
     except Exception as error:  # noqa: BLE001 - a reply must never crash the verifier
-        return Verdict(reward=0.0, success=False,
-                       feedback=_clip(f"the BFCL checker could not read the calls ({type(error).__name__}: {error})"))
+        return Verdict(
+            reward=0.0,
+            success=False,
+            feedback=_clip(f"the BFCL checker could not read the calls ({type(error).__name__}: {error})"),
+        )
     if valid:
         count = len(calls)
-        return Verdict(reward=1.0, success=True,
-                       feedback=f"correct: {'the call matches' if count == 1 else f'all {count} calls match'}")
+        return Verdict(
+            reward=1.0,
+            success=True,
+            feedback=f"correct: {'the call matches' if count == 1 else f'all {count} calls match'}",
+        )
     clauses = list(dict.fromkeys(_clip(clause) for clause in _clauses(errors) if clause.strip()))
     if len(calls) != len(ground_truth):
         made = f"made {len(calls)} call{'' if len(calls) == 1 else 's'}, expected {len(ground_truth)}"
@@ -154,4 +167,4 @@ def _clip(text: str) -> str:
     text = " ".join(text.split())
     if text.endswith(".") and not text.endswith(".."):
         text = text[:-1]
-    return text if len(text) <= MAX_CLAUSE_CHARS else text[:MAX_CLAUSE_CHARS - 3] + "..."
+    return text if len(text) <= MAX_CLAUSE_CHARS else text[: MAX_CLAUSE_CHARS - 3] + "..."

@@ -5,6 +5,7 @@ reasoning-gym is not installed. The reward is strictly binary: 1.0 only for a co
 inside <answer></answer> tags that uses every given number exactly once. An equation may state its result
 ('(1 + 2) * 3 = 9'); a stated result must be the target.
 """
+
 from __future__ import annotations
 
 import random
@@ -47,11 +48,27 @@ class CountdownEnv(ReasoningGymEnv):
         "max_target": "largest target",
     }
 
-    def __init__(self, *, seed: int = 0, train_size: int = 2000, test_size: int = 200,
-                 min_numbers: int = 3, max_numbers: int = 4, min_value: int = 1, max_value: int = 100,
-                 min_target: int = 10, max_target: int = 100):
-        config = dict(min_numbers=min_numbers, max_numbers=max_numbers, min_value=min_value,
-                      max_value=max_value, min_target=min_target, max_target=max_target)
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        train_size: int = 2000,
+        test_size: int = 200,
+        min_numbers: int = 3,
+        max_numbers: int = 4,
+        min_value: int = 1,
+        max_value: int = 100,
+        min_target: int = 10,
+        max_target: int = 100,
+    ):
+        config = dict(
+            min_numbers=min_numbers,
+            max_numbers=max_numbers,
+            min_value=min_value,
+            max_value=max_value,
+            min_target=min_target,
+            max_target=max_target,
+        )
         super().__init__(seed=seed, train_size=train_size, test_size=test_size, config=config)
 
     def prompt(self, item: Item) -> str:
@@ -91,8 +108,10 @@ class CountdownEnv(ReasoningGymEnv):
             try:
                 return dataset[index]
             except ValueError as error:  # reasoning-gym gives up after 100 tries at one task
-                raise UserError(f"environment 'countdown' cannot make tasks with these settings ({error}); "
-                                "widen min_target..max_target or min_value..max_value") from None
+                raise UserError(
+                    f"environment 'countdown' cannot make tasks with these settings ({error}); "
+                    "widen min_target..max_target or min_value..max_value"
+                ) from None
 
         return draw
 
@@ -103,7 +122,7 @@ def check_equation(completion: str, numbers: list[int], target: int) -> Verdict:
     if answer is None:
         return _failure(NO_ANSWER)
     stated = _STATED_RESULT.search(answer)
-    expression = answer[:stated.start()].strip() if stated else answer
+    expression = answer[: stated.start()].strip() if stated else answer
     try:
         value, used = evaluate(expression)
     except ExpressionError as error:
@@ -157,15 +176,23 @@ def _builtin_draw(seed: int, config: dict[str, Any]) -> Callable[[int], Item | N
         return {
             "question": PROMPT.format(numbers=numbers, target=target),
             "answer": expression,
-            "metadata": {"numbers": numbers, "target": target, "expression": expression,
-                         "source_dataset": "builtin"},
+            "metadata": {"numbers": numbers, "target": target, "expression": expression, "source_dataset": "builtin"},
         }
 
     return draw
 
 
-def generate_puzzle(rng: random.Random, *, min_numbers: int, max_numbers: int, min_value: int, max_value: int,
-                    min_target: int, max_target: int, attempts: int = 200) -> tuple[list[int], int, str] | None:
+def generate_puzzle(
+    rng: random.Random,
+    *,
+    min_numbers: int,
+    max_numbers: int,
+    min_value: int,
+    max_value: int,
+    min_target: int,
+    max_target: int,
+    attempts: int = 200,
+) -> tuple[list[int], int, str] | None:
     """Random numbers and a target reachable from them with whole-number steps; None if none is found."""
     for _ in range(attempts):
         numbers = [rng.randint(min_value, max_value) for _ in range(rng.randint(min_numbers, max_numbers))]

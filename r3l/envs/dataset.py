@@ -1,5 +1,6 @@
 """The user's own prompts and answers (.jsonl, .json, .parquet, or a Hugging Face dataset), graded by a
 named verifier or by a reward function with TRL's signature `fn(prompts, completions, **columns)`."""
+
 from __future__ import annotations
 
 import functools
@@ -46,9 +47,19 @@ class DatasetEnv(SingleTurnEnv):
         "reveal_answer_in_feedback": "say the reference answer in the feedback after a wrong answer",
     }
 
-    def __init__(self, *, path: str, prompt_column: str = "prompt", answer_column: str = "answer",
-                 verifier: str | None = None, reward_fn: str | None = None, success_threshold: float = 1.0,
-                 test_fraction: float = 0.1, seed: int = 0, reveal_answer_in_feedback: bool = True):
+    def __init__(
+        self,
+        *,
+        path: str,
+        prompt_column: str = "prompt",
+        answer_column: str = "answer",
+        verifier: str | None = None,
+        reward_fn: str | None = None,
+        success_threshold: float = 1.0,
+        test_fraction: float = 0.1,
+        seed: int = 0,
+        reveal_answer_in_feedback: bool = True,
+    ):
         super().__init__()
         if verifier is not None and reward_fn is not None:
             raise UserError("set either env.args.verifier or env.args.reward_fn, not both")
@@ -61,8 +72,15 @@ class DatasetEnv(SingleTurnEnv):
         self.reward_fn_path = reward_fn
         self._reward_fn = load_reward_fn(reward_fn) if reward_fn else None
         self._verifier: Verifier | None = None if reward_fn else VERIFIERS.get(verifier or "math")
-        self._tasks = load_tasks(str(path), file_stamp(str(path)), prompt_column, answer_column,
-                                 answer_required=self._reward_fn is None, test_fraction=test_fraction, seed=seed)
+        self._tasks = load_tasks(
+            str(path),
+            file_stamp(str(path)),
+            prompt_column,
+            answer_column,
+            answer_required=self._reward_fn is None,
+            test_fraction=test_fraction,
+            seed=seed,
+        )
 
     def tasks(self, split: str) -> Sequence[Task]:
         if split not in self._tasks:
@@ -81,13 +99,24 @@ class DatasetEnv(SingleTurnEnv):
         reward = _single_reward(rewards, self.reward_fn_path)
         success = reward >= self.success_threshold
         relation = "reaches" if success else "is below"
-        return Verdict(reward=reward, success=success,
-                       feedback=f"reward {reward:g} {relation} the success threshold {self.success_threshold:g}")
+        return Verdict(
+            reward=reward,
+            success=success,
+            feedback=f"reward {reward:g} {relation} the success threshold {self.success_threshold:g}",
+        )
 
 
 @functools.lru_cache(maxsize=8)  # environments are made once per batch; read each file once
-def load_tasks(path: str, stamp: tuple[int, int] | None, prompt_column: str, answer_column: str, *,
-               answer_required: bool, test_fraction: float, seed: int) -> dict[str, tuple[Task, ...]]:
+def load_tasks(
+    path: str,
+    stamp: tuple[int, int] | None,
+    prompt_column: str,
+    answer_column: str,
+    *,
+    answer_required: bool,
+    test_fraction: float,
+    seed: int,
+) -> dict[str, tuple[Task, ...]]:
     """Read, check and split the rows; `stamp` (the file's mtime and size) makes an edited file reload."""
     splits = load_rows(path)
     needed = [prompt_column, answer_column] if answer_required else [prompt_column]
@@ -152,8 +181,10 @@ def read_json(file: Path, label: str) -> list[Row]:
         raise UserError(f"{label} line {error.lineno}, character {error.colno}: invalid JSON: {error.msg}") from None
     if not isinstance(value, list):
         raise UserError(f"{label}: expected a JSON list of objects; for one object per line use .jsonl")
-    return [Row(f"{label} item {index}", _as_object(item, f"{label} item {index}"))
-            for index, item in enumerate(value, start=1)]
+    return [
+        Row(f"{label} item {index}", _as_object(item, f"{label} item {index}"))
+        for index, item in enumerate(value, start=1)
+    ]
 
 
 def read_parquet(file: Path, label: str) -> list[Row]:
@@ -175,16 +206,19 @@ def read_hf_dataset(name: str) -> dict[str, list[Row]]:
     try:
         loaded = datasets.load_from_disk(name) if saved else datasets.load_dataset(name)
     except Exception as error:  # network, missing repo, bad folder: all reported the same way
-        raise UserError(f"cannot load dataset '{name}': {_one_line(error)}; give a .jsonl/.json/.parquet "
-                        "file, a dataset folder or a Hugging Face dataset name") from None
+        raise UserError(
+            f"cannot load dataset '{name}': {_one_line(error)}; give a .jsonl/.json/.parquet "
+            "file, a dataset folder or a Hugging Face dataset name"
+        ) from None
     if isinstance(loaded, datasets.Dataset):
         loaded = {"train": loaded}
     splits = {split: loaded[split] for split in ("train", "test") if split in loaded}
     if "train" not in splits:  # no 'train' split: train on the first one
         splits["train"] = loaded[next(iter(loaded))]
-    return {split: [Row(f"{name} [{split}] row {index}", dict(record))
-                    for index, record in enumerate(data, start=1)]
-            for split, data in splits.items()}
+    return {
+        split: [Row(f"{name} [{split}] row {index}", dict(record)) for index, record in enumerate(data, start=1)]
+        for split, data in splits.items()
+    }
 
 
 def check_rows(rows: list[Row], needed: list[str], prompt_column: str) -> None:
@@ -200,8 +234,10 @@ def check_rows(rows: list[Row], needed: list[str], prompt_column: str) -> None:
             if row.columns[column] is None:
                 raise UserError(f"{row.where}: column '{column}' is empty; fill it or remove the row")
         if not isinstance(row.columns[prompt_column], str):
-            raise UserError(f"{row.where}: column '{prompt_column}' must be a string, "
-                            f"got {type(row.columns[prompt_column]).__name__}")
+            raise UserError(
+                f"{row.where}: column '{prompt_column}' must be a string, "
+                f"got {type(row.columns[prompt_column]).__name__}"
+            )
 
 
 def split_rows(splits: dict[str, list[Row]], test_fraction: float, seed: int) -> tuple[list[Row], list[Row]]:
@@ -211,8 +247,10 @@ def split_rows(splits: dict[str, list[Row]], test_fraction: float, seed: int) ->
     rows = list(splits["train"])
     random.Random(seed).shuffle(rows)
     test_count = math.ceil(len(rows) * test_fraction) if len(rows) > 1 else 0
-    console.print(f"dataset: {len(rows) - test_count} training rows, {test_count} held out for evaluation "
-                  f"(env.args.test_fraction={test_fraction:g}; 0 trains on every row)")
+    console.print(
+        f"dataset: {len(rows) - test_count} training rows, {test_count} held out for evaluation "
+        f"(env.args.test_fraction={test_fraction:g}; 0 trains on every row)"
+    )
     return rows[test_count:], rows[:test_count]
 
 
@@ -247,8 +285,10 @@ def _single_reward(rewards: Any, spec: str | None) -> float:
         (reward,) = rewards
         value = 0.0 if reward is None else float(reward)  # TRL lets a reward function skip a sample with None
     except (TypeError, ValueError):
-        raise UserError(f"env.args.reward_fn '{spec}' returned {_one_line(rewards)[:80]}; "
-                        "it must return a list with one float per completion") from None
+        raise UserError(
+            f"env.args.reward_fn '{spec}' returned {_one_line(rewards)[:80]}; "
+            "it must return a list with one float per completion"
+        ) from None
     if math.isnan(value):
         raise UserError(f"env.args.reward_fn '{spec}' returned NaN")
     return value

@@ -1,9 +1,20 @@
 """The end-of-episode feedback sentence of the multi-turn games: completed, failed at a step, or out of steps."""
+
 from __future__ import annotations
 
 
-def episode_feedback(*, success: bool, failure: bool, moves: int, max_steps: int, score: str, invalid: int = 0,
-                     command: str = "", cause: str = "", invalid_word: str = "not valid") -> str:
+def episode_feedback(
+    *,
+    success: bool,
+    failure: bool,
+    moves: int,
+    max_steps: int,
+    score: str,
+    invalid: int = 0,
+    command: str = "",
+    cause: str = "",
+    invalid_word: str = "not valid",
+) -> str:
     """One sentence on how an episode ended.
 
     `score` is the game's score as text ("score 0.50", "score 40/100"); `failure` means the game itself

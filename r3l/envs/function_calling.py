@@ -29,6 +29,7 @@ categories, 5 of the 1,351 live ones in bfcl-eval 2026.3.23):
   contradicts the request, so no reply worth rewarding passes.
 Every other task's reference solution (`bfcl_reference_calls`) passes the official checker.
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,14 +45,29 @@ from r3l.envs import register
 from r3l.envs.dataset import file_stamp
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.bfcl_checker import load_ast_checker, official_verdict
-from r3l.envs.tool_calls import (Call, ToolCallFormatError, bfcl_reference_calls, format_tool_calls,
-                                 parse_tool_calls, verify_bfcl, verify_exact)
+from r3l.envs.tool_calls import (
+    Call,
+    ToolCallFormatError,
+    bfcl_reference_calls,
+    format_tool_calls,
+    parse_tool_calls,
+    verify_bfcl,
+    verify_exact,
+)
 from r3l.errors import UserError
 
 SOURCES = ("bfcl", "xlam")
 CHECKERS = ("official", "strict", "lenient")
-BFCL_CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple",
-                   "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
+BFCL_CATEGORIES = (
+    "simple",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+)
 _BFCL_STEMS = {"simple": ("simple_python", "simple")}  # BFCL v4 renamed 'simple' to 'simple_python'
 MISSING_BFCL = "the function_calling env needs BFCL data: pip install --no-deps bfcl-eval"
 
@@ -84,9 +100,19 @@ class FunctionCallingEnv(SingleTurnEnv):
         "checker": "BFCL grading: official (bfcl-eval's AST checker), strict or lenient (r3l's)",
     }
 
-    def __init__(self, *, source: str = "bfcl", categories: Sequence[str] | str = BFCL_CATEGORIES[:4],
-                 path: str | None = None, seed: int = 0, test_fraction: float = 0.2, tag: str = "tool_call",
-                 train_size: int | None = None, test_size: int | None = None, checker: str = "official"):
+    def __init__(
+        self,
+        *,
+        source: str = "bfcl",
+        categories: Sequence[str] | str = BFCL_CATEGORIES[:4],
+        path: str | None = None,
+        seed: int = 0,
+        test_fraction: float = 0.2,
+        tag: str = "tool_call",
+        train_size: int | None = None,
+        test_size: int | None = None,
+        checker: str = "official",
+    ):
         super().__init__()
         if source not in SOURCES:
             raise UserError(f"env.args.source must be one of {', '.join(SOURCES)}, got '{source}'")
@@ -113,8 +139,9 @@ class FunctionCallingEnv(SingleTurnEnv):
             splits = load_bfcl(folder, self.categories, seed, test_fraction)
         else:
             if path is None:
-                raise UserError("env.args.path is needed for source='xlam': a .jsonl or .json file of "
-                                "query/tools/answers rows")
+                raise UserError(
+                    "env.args.path is needed for source='xlam': a .jsonl or .json file of query/tools/answers rows"
+                )
             self.categories = ()
             splits = load_xlam(str(path), file_stamp(str(path)), seed, test_fraction)
         self._tasks = {
@@ -134,10 +161,12 @@ class FunctionCallingEnv(SingleTurnEnv):
             return Verdict(reward=0.0, success=False, feedback=str(error))
         if "ground_truth" in task.answer:
             if self.checker == "official":
-                return official_verdict(calls, task.answer["ground_truth"], task.answer["functions"],
-                                        task.answer["category"])
-            return verify_bfcl(calls, task.answer["ground_truth"], task.answer["functions"],
-                               lenient_strings=self.checker == "lenient")
+                return official_verdict(
+                    calls, task.answer["ground_truth"], task.answer["functions"], task.answer["category"]
+                )
+            return verify_bfcl(
+                calls, task.answer["ground_truth"], task.answer["functions"], lenient_strings=self.checker == "lenient"
+            )
         return verify_exact(calls, task.answer["calls"], task.answer["functions"])
 
     def solution(self, task: Task) -> str:
@@ -155,8 +184,10 @@ def _check_categories(categories: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _numbered(tasks: Sequence[Task], split: str) -> tuple[Task, ...]:
-    return tuple(Task(id=f"function_calling-{split}-{position}", prompt=task.prompt, answer=task.answer,
-                      data=task.data) for position, task in enumerate(tasks))
+    return tuple(
+        Task(id=f"function_calling-{split}-{position}", prompt=task.prompt, answer=task.answer, data=task.data)
+        for position, task in enumerate(tasks)
+    )
 
 
 def _split(tasks: list[Task], test_fraction: float, seed: int, label: str) -> tuple[list[Task], list[Task]]:
@@ -167,12 +198,15 @@ def _split(tasks: list[Task], test_fraction: float, seed: int, label: str) -> tu
 
 
 def _prompt(functions: list[Any], question: str, context: str = "") -> str:
-    return USER_PROMPT.format(functions=json.dumps(functions, ensure_ascii=False),
-                              context=f"Context: {context.strip()}\n\n" if context.strip() else "",
-                              question=question.strip())
+    return USER_PROMPT.format(
+        functions=json.dumps(functions, ensure_ascii=False),
+        context=f"Context: {context.strip()}\n\n" if context.strip() else "",
+        question=question.strip(),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ BFCL
+
 
 def bfcl_data_dir() -> str:
     """The data folder of the installed `bfcl-eval` package."""
@@ -190,19 +224,22 @@ def bfcl_files(folder: str, category: str) -> tuple[Path, Path]:
     root = Path(folder)
     for stem in _BFCL_STEMS.get(category, (category,)):
         pattern = re.compile(rf"BFCL_v(\d+)_{re.escape(stem)}\.json")
-        found = sorted(((int(m.group(1)), file) for file in root.glob("BFCL_v*.json")
-                        if (m := pattern.fullmatch(file.name))), reverse=True)
+        found = sorted(
+            ((int(m.group(1)), file) for file in root.glob("BFCL_v*.json") if (m := pattern.fullmatch(file.name))),
+            reverse=True,
+        )
         for _, file in found:
             answers = root / "possible_answer" / file.name
             if answers.is_file():
                 return file, answers
-    raise UserError(f"no BFCL data for category '{category}' in {folder} (need BFCL_v<N>_{category}.json and "
-                    f"possible_answer/ of the same name); {MISSING_BFCL}")
+    raise UserError(
+        f"no BFCL data for category '{category}' in {folder} (need BFCL_v<N>_{category}.json and "
+        f"possible_answer/ of the same name); {MISSING_BFCL}"
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def load_bfcl(folder: str, categories: tuple[str, ...], seed: int,
-              test_fraction: float) -> dict[str, tuple[Task, ...]]:
+def load_bfcl(folder: str, categories: tuple[str, ...], seed: int, test_fraction: float) -> dict[str, tuple[Task, ...]]:
     train: list[Task] = []
     test: list[Task] = []
     for category in categories:
@@ -251,13 +288,20 @@ def _bfcl_tasks(category: str, questions: Path, answers: Path) -> list[Task]:
             reference = bfcl_reference_calls(ground_truth, functions)
         except (ValueError, StopIteration) as error:
             raise UserError(f"{where}: unreadable ground truth ({error}); reinstall bfcl-eval") from None
-        tasks.append(Task(
-            id=str(record["id"]),
-            prompt=_prompt(functions, question, context),
-            answer={"ground_truth": ground_truth, "functions": functions, "category": category},
-            data={"source": "bfcl", "category": category, "source_id": record["id"], "question": question,
-                  "reference_calls": [call.to_json() for call in reference]},
-        ))
+        tasks.append(
+            Task(
+                id=str(record["id"]),
+                prompt=_prompt(functions, question, context),
+                answer={"ground_truth": ground_truth, "functions": functions, "category": category},
+                data={
+                    "source": "bfcl",
+                    "category": category,
+                    "source_id": record["id"],
+                    "question": question,
+                    "reference_calls": [call.to_json() for call in reference],
+                },
+            )
+        )
     return tasks
 
 
@@ -265,8 +309,10 @@ def _unsolvable(ground_truth: list[Any], functions: list[Any]) -> str | None:
     """Why no sensible reply passes BFCL's checker on this task (see the module docstring), or None."""
     schemas = {doc.get("name"): doc for doc in functions if isinstance(doc, dict)}
     for entry in ground_truth:
-        if not isinstance(entry, dict) or not all(isinstance(spec, dict) and all(
-                isinstance(choices, list) for choices in spec.values()) for spec in entry.values()):
+        if not isinstance(entry, dict) or not all(
+            isinstance(spec, dict) and all(isinstance(choices, list) for choices in spec.values())
+            for spec in entry.values()
+        ):
             return "the ground truth is not [{function: {argument: [acceptable values]}}]"
         for name, spec in entry.items():
             if any(not choices for choices in spec.values()):
@@ -288,9 +334,9 @@ def _unsolvable(ground_truth: list[Any], functions: list[Any]) -> str | None:
 
 # ------------------------------------------------------------------------------------------------ xLAM
 
+
 @functools.lru_cache(maxsize=4)
-def load_xlam(path: str, stamp: tuple[int, int] | None, seed: int,
-              test_fraction: float) -> dict[str, tuple[Task, ...]]:
+def load_xlam(path: str, stamp: tuple[int, int] | None, seed: int, test_fraction: float) -> dict[str, tuple[Task, ...]]:
     """Read and check every row; `stamp` (mtime and size) makes an edited file reload."""
     file = Path(path)
     if not file.is_file():
@@ -344,14 +390,19 @@ def _xlam_task(row: Any, where: str) -> Task:
     if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
         raise UserError(f"{where}: 'tools' must be a list of objects with a 'name'")
     if not isinstance(answers, list) or not all(
-            isinstance(a, dict) and isinstance(a.get("name"), str) and isinstance(a.get("arguments"), dict)
-            for a in answers):
-        raise UserError(f"{where}: 'answers' must be a list of {{\"name\": ..., \"arguments\": {{...}}}} objects")
+        isinstance(a, dict) and isinstance(a.get("name"), str) and isinstance(a.get("arguments"), dict) for a in answers
+    ):
+        raise UserError(f'{where}: \'answers\' must be a list of {{"name": ..., "arguments": {{...}}}} objects')
     calls = [Call(a["name"], a["arguments"]).to_json() for a in answers]
     return Task(
         id=str(row.get("id", where)),
         prompt=_prompt(tools, query),
         answer={"calls": calls, "functions": tools},
-        data={"source": "xlam", "source_id": row.get("id"), "where": where, "question": query,
-              "reference_calls": calls},
+        data={
+            "source": "xlam",
+            "source_id": row.get("id"),
+            "where": where,
+            "question": query,
+            "reference_calls": calls,
+        },
     )

@@ -1,4 +1,5 @@
 """Stopping a py4j-launched Java simulator (ScienceWorld, TextWorldExpress) at once, from any thread."""
+
 from __future__ import annotations
 
 from typing import Any

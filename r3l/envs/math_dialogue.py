@@ -13,6 +13,7 @@ built with `reveal_answer_in_feedback=False` unless `source_args` says otherwise
 told the answer would make the next attempt a copy. A retry restarts the dialogue from its first
 turn (`retry_from_pivot = False`): the earlier attempts are exactly what a retry should not see.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -23,16 +24,19 @@ from r3l.envs import ENVS, _load_all, make, register
 from r3l.envs.base import Env, SingleTurnEnv, StepResult, Task
 from r3l.errors import UserError
 
-RETRY_MESSAGE = ("Your answer is incorrect: {feedback}. Think again and give your corrected final answer in the "
-                 "same format ({attempts_left} attempt(s) left).")
+RETRY_MESSAGE = (
+    "Your answer is incorrect: {feedback}. Think again and give your corrected final answer in the "
+    "same format ({attempts_left} attempt(s) left)."
+)
 PLACEHOLDERS = ("feedback", "attempt", "attempts_left", "max_attempts")
 HIDE_ANSWER = "reveal_answer_in_feedback"
 
 
 def retry_text(template: str, feedback: str, attempt: int, max_attempts: int) -> str:
     """The user turn after wrong attempt number `attempt` (1-based)."""
-    return template.format(feedback=feedback.rstrip(". "), attempt=attempt, attempts_left=max_attempts - attempt,
-                           max_attempts=max_attempts)
+    return template.format(
+        feedback=feedback.rstrip(". "), attempt=attempt, attempts_left=max_attempts - attempt, max_attempts=max_attempts
+    )
 
 
 def check_template(template: Any) -> str:
@@ -45,8 +49,10 @@ def check_template(template: Any) -> str:
         raise UserError(f"env.args.retry_message is not a valid template ({error}); write literal braces as {{{{ }}}}")
     unknown = sorted({name for name in fields if name not in PLACEHOLDERS})
     if unknown:
-        raise UserError(f"env.args.retry_message uses unknown placeholder(s) {', '.join(unknown)}; "
-                        f"use {', '.join('{' + name + '}' for name in PLACEHOLDERS)}")
+        raise UserError(
+            f"env.args.retry_message uses unknown placeholder(s) {', '.join(unknown)}; "
+            f"use {', '.join('{' + name + '}' for name in PLACEHOLDERS)}"
+        )
     return template
 
 
@@ -71,11 +77,17 @@ class MathDialogueEnv(Env):
         "source_args": "that environment's settings (its reveal_answer_in_feedback defaults to false here)",
         "max_attempts": "answers allowed per task; each wrong one but the last is answered with retry_message",
         "retry_message": "the user turn after a wrong answer; placeholders: "
-                         + ", ".join("{" + name + "}" for name in PLACEHOLDERS),
+        + ", ".join("{" + name + "}" for name in PLACEHOLDERS),
     }
 
-    def __init__(self, *, source: str = "gsm", source_args: Mapping[str, Any] | None = None, max_attempts: int = 3,
-                 retry_message: str = RETRY_MESSAGE):
+    def __init__(
+        self,
+        *,
+        source: str = "gsm",
+        source_args: Mapping[str, Any] | None = None,
+        max_attempts: int = 3,
+        retry_message: str = RETRY_MESSAGE,
+    ):
         if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
             raise UserError(f"env.args.max_attempts must be a whole number >= 1, got {max_attempts!r}")
         if source_args is None:
@@ -117,7 +129,10 @@ class MathDialogueEnv(Env):
         if verdict.success:
             feedback = f"Correct on attempt {self._attempt} of {self.max_attempts}: {verdict.feedback}"
         else:
-            feedback = (f"All {self.max_attempts} attempts were wrong; the last one: {verdict.feedback}"
-                        if self.max_attempts > 1 else f"The answer was wrong: {verdict.feedback}")
+            feedback = (
+                f"All {self.max_attempts} attempts were wrong; the last one: {verdict.feedback}"
+                if self.max_attempts > 1
+                else f"The answer was wrong: {verdict.feedback}"
+            )
         info.update(success=verdict.success, feedback=feedback)
         return StepResult(observation=feedback, reward=verdict.reward, done=True, info=info)

@@ -1,5 +1,6 @@
 """Grammars of agent replies for structured decoding: `<think>` free, `<action>` one of the admissible actions;
 `<answer>` a number. Written in xgrammar's EBNF, which vLLM accepts as well."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ class ReplyFormat:
 
 def literal(text: str) -> str:
     """`text` as an EBNF string literal."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") \
-        .replace("\t", "\\t")
+    escaped = (
+        text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    )
     return f'"{escaped}"'
 
 
@@ -35,9 +37,11 @@ def free_text(limit: int | None) -> str:
 
 def tagged_action_grammar(actions: Sequence[str], reply: ReplyFormat) -> str:
     choices = " | ".join(literal(action) for action in dict.fromkeys(actions))
-    return (f'root ::= {literal(f"<{reply.think_tag}>")} {free_text(reply.think_chars)} '
-            f'{literal(f"</{reply.think_tag}>")} [ \\n]* {literal(f"<{reply.action_tag}>")} ({choices}) '
-            f'{literal(f"</{reply.action_tag}>")}')
+    return (
+        f"root ::= {literal(f'<{reply.think_tag}>')} {free_text(reply.think_chars)} "
+        f"{literal(f'</{reply.think_tag}>')} [ \\n]* {literal(f'<{reply.action_tag}>')} ({choices}) "
+        f"{literal(f'</{reply.action_tag}>')}"
+    )
 
 
 def action_constraint(actions: Sequence[str], reply: ReplyFormat) -> Constraint | None:
@@ -49,8 +53,7 @@ def action_constraint(actions: Sequence[str], reply: ReplyFormat) -> Constraint 
 
 def answer_constraint(tag: str, content: str, reply: ReplyFormat) -> Constraint:
     """Free text (bounded), then `<tag>` + `content` (an EBNF expression) + `</tag>`."""
-    grammar = (f"root ::= {free_text(reply.think_chars)} {literal(f'<{tag}>')} {content} "
-               f"{literal(f'</{tag}>')}")
+    grammar = f"root ::= {free_text(reply.think_chars)} {literal(f'<{tag}>')} {content} {literal(f'</{tag}>')}"
     from r3l.rollout.constraints import Constraint
 
     return Constraint("grammar", grammar, "answer")

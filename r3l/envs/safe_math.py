@@ -1,4 +1,5 @@
 """Evaluate model-written arithmetic (numbers, + - * /, parentheses, optional **) exactly, without eval()."""
+
 from __future__ import annotations
 
 import ast
@@ -19,8 +20,17 @@ _BINARY: dict[type[ast.operator], Callable[[Fraction, Fraction], Fraction]] = {
     ast.Mult: operator.mul,
     ast.Div: operator.truediv,
 }
-_SYMBOL = {ast.Pow: "**", ast.BitXor: "^", ast.FloorDiv: "//", ast.Mod: "%", ast.MatMult: "@",
-           ast.LShift: "<<", ast.RShift: ">>", ast.BitOr: "|", ast.BitAnd: "&"}
+_SYMBOL = {
+    ast.Pow: "**",
+    ast.BitXor: "^",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.MatMult: "@",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.BitOr: "|",
+    ast.BitAnd: "&",
+}
 
 
 class ExpressionError(ValueError):
@@ -79,8 +89,10 @@ def _evaluate_node(node: ast.AST, numbers: list[int | Fraction], allow_power: bo
         left = _evaluate_node(node.left, numbers, allow_power)
         right = _evaluate_node(node.right, numbers, allow_power)
         return _bounded(_apply(node.op, left, right, allow_power))
-    raise ExpressionError(f"not a valid arithmetic expression: {_describe(node)} is not allowed; "
-                          "use only numbers, + - * / and parentheses")
+    raise ExpressionError(
+        f"not a valid arithmetic expression: {_describe(node)} is not allowed; "
+        "use only numbers, + - * / and parentheses"
+    )
 
 
 def _literal(value: object) -> int | Fraction:

@@ -17,6 +17,7 @@ last step settles any balance, so an episode's rewards add up to its final score
 failure. Success is a score of 100. An ambiguous action is resolved to
 ScienceWorld's first reading, as its reference agents do, and the observation says which.
 """
+
 from __future__ import annotations
 
 import random
@@ -32,14 +33,33 @@ from r3l.envs.text_game import check_count, check_in_episode, invalid_observatio
 from r3l.errors import UserError
 
 PAPER_TRAIN_TYPES = (
-    "boil", "melt", "change-the-state-of-matter-of", "use-thermometer", "measure-melting-point-known-substance",
-    "power-component", "test-conductivity", "find-living-thing", "find-plant", "grow-plant", "chemistry-mix",
-    "chemistry-mix-paint-secondary-color", "lifespan-shortest-lived", "identify-life-stages-2",
-    "inclined-plane-determine-angle", "inclined-plane-friction-named-surfaces", "mendelian-genetics-known-plant",
+    "boil",
+    "melt",
+    "change-the-state-of-matter-of",
+    "use-thermometer",
+    "measure-melting-point-known-substance",
+    "power-component",
+    "test-conductivity",
+    "find-living-thing",
+    "find-plant",
+    "grow-plant",
+    "chemistry-mix",
+    "chemistry-mix-paint-secondary-color",
+    "lifespan-shortest-lived",
+    "identify-life-stages-2",
+    "inclined-plane-determine-angle",
+    "inclined-plane-friction-named-surfaces",
+    "mendelian-genetics-known-plant",
 )
 SPLITS = ("paper", "variations")
-SIMPLIFICATIONS = ("easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
-                   "noElectricalAction")
+SIMPLIFICATIONS = (
+    "easy",
+    "teleportAction",
+    "selfWateringFlowerPots",
+    "openContainers",
+    "openDoors",
+    "noElectricalAction",
+)
 MISSING = "the scienceworld env needs the simulator: pip install scienceworld (and Java on PATH)"
 MAX_ACTION_CHARS = 300
 BLOCKED = ("reset task",)  # would restart the task mid-episode
@@ -78,13 +98,24 @@ class ScienceWorldEnv(Env):
         "seed": "the order of each type's variations",
     }
 
-    def __init__(self, *, task_names: Sequence[str] | str | None = None, split: str = "paper",
-                 simplification: str = "easy", max_steps: int = 30, train_size: int = 500, test_size: int = 100,
-                 seed: int = 0):
+    def __init__(
+        self,
+        *,
+        task_names: Sequence[str] | str | None = None,
+        split: str = "paper",
+        simplification: str = "easy",
+        max_steps: int = 30,
+        train_size: int = 500,
+        test_size: int = 100,
+        seed: int = 0,
+    ):
         if split not in SPLITS:
             raise UserError(f"env.args.split must be one of {', '.join(SPLITS)}, got '{split}'")
-        for setting, value, low in (("train_size", train_size, 0), ("test_size", test_size, 0),
-                                    ("max_steps", max_steps, 1)):
+        for setting, value, low in (
+            ("train_size", train_size, 0),
+            ("test_size", test_size, 0),
+            ("max_steps", max_steps, 1),
+        ):
             check_count(setting, value, low)
         bad = [part for part in str(simplification).split(",") if part and part not in SIMPLIFICATIONS]
         if bad:
@@ -105,17 +136,22 @@ class ScienceWorldEnv(Env):
             chosen = [infer_task(str(name)) for name in names]
             unknown = [name for name in chosen if name not in all_types]
             if unknown:
-                raise UserError(f"unknown ScienceWorld task(s) {', '.join(unknown)}; "
-                                f"choose from {', '.join(all_types)}")
+                raise UserError(
+                    f"unknown ScienceWorld task(s) {', '.join(unknown)}; choose from {', '.join(all_types)}"
+                )
         if split == "paper":
-            self.types = {"train": [name for name in chosen if name in PAPER_TRAIN_TYPES],
-                          "test": [name for name in chosen if name not in PAPER_TRAIN_TYPES]}
+            self.types = {
+                "train": [name for name in chosen if name in PAPER_TRAIN_TYPES],
+                "test": [name for name in chosen if name not in PAPER_TRAIN_TYPES],
+            }
         else:
             self.types = {"train": chosen, "test": chosen}
         for part, types in self.types.items():
             if not types:
-                raise UserError(f"env.args.task_names leaves the {part} split of split='{split}' without task types; "
-                                f"add one of the paper's {part} types or use split='variations'")
+                raise UserError(
+                    f"env.args.task_names leaves the {part} split of split='{split}' without task types; "
+                    f"add one of the paper's {part} types or use split='variations'"
+                )
         self._simulator_class = simulator_class
         self.split = split
         self.simplification = simplification
@@ -161,21 +197,28 @@ class ScienceWorldEnv(Env):
                 random.Random(f"{self.seed}-{split}-{task_name}").shuffle(variations)
                 pools[task_name] = variations
             self._task = None  # loading ended any episode in progress
-            self._tasks[split] = tuple(self._make_task(name, variation)
-                                       for name, variation in round_robin(pools, self.sizes[split]))
+            self._tasks[split] = tuple(
+                self._make_task(name, variation) for name, variation in round_robin(pools, self.sizes[split])
+            )
         return self._tasks[split]
 
     def _make_task(self, task_name: str, variation: int) -> Task:
-        return Task(id=f"{self.name}-{task_name}-{variation}",
-                    prompt=f"ScienceWorld {task_name}, variation {variation}",
-                    data={"task_name": task_name, "variation": int(variation), "simplification": self.simplification})
+        return Task(
+            id=f"{self.name}-{task_name}-{variation}",
+            prompt=f"ScienceWorld {task_name}, variation {variation}",
+            data={"task_name": task_name, "variation": int(variation), "simplification": self.simplification},
+        )
 
     # --- episode ---------------------------------------------------------------------------------
     def _load(self, task: Task, gold: bool) -> Any:
         sim = self._simulator()
         data = task.data
-        sim.load(data["task_name"], int(data["variation"]), data.get("simplification", self.simplification),
-                 generateGoldPath=gold)
+        sim.load(
+            data["task_name"],
+            int(data["variation"]),
+            data.get("simplification", self.simplification),
+            generateGoldPath=gold,
+        )
         return sim
 
     def reset(self, task: Task) -> str:
@@ -224,18 +267,29 @@ class ScienceWorldEnv(Env):
         reward = 0.0
         if admissible or done:  # credit score changes on admissible steps; settle the rest at the end
             reward, self._credited = max(raw_score, 0) / 100 - self._credited, max(raw_score, 0) / 100
-        info_out: dict[str, Any] = {"admissible": admissible, "admissible_actions": self.admissible_actions,
-                                    "score": raw_score / 100, "moves": self._moves}
+        info_out: dict[str, Any] = {
+            "admissible": admissible,
+            "admissible_actions": self.admissible_actions,
+            "score": raw_score / 100,
+            "moves": self._moves,
+        }
         if done:
             info_out.update(success=success, feedback=self._feedback(success, failure, command))
             self._done = True
         return StepResult(observation=observation, reward=reward, done=done, info=info_out)
 
     def _feedback(self, success: bool, failure: bool, command: str) -> str:
-        return episode_feedback(success=success, failure=failure, moves=self._moves, max_steps=self.max_steps,
-                                score=f"score {max(self._raw_score, 0)}/100", invalid=self._invalid, command=command,
-                                cause=f"ScienceWorld scored it {self._raw_score}, e.g. for focusing on a wrong object",
-                                invalid_word="not understood")
+        return episode_feedback(
+            success=success,
+            failure=failure,
+            moves=self._moves,
+            max_steps=self.max_steps,
+            score=f"score {max(self._raw_score, 0)}/100",
+            invalid=self._invalid,
+            command=command,
+            cause=f"ScienceWorld scored it {self._raw_score}, e.g. for focusing on a wrong object",
+            invalid_word="not understood",
+        )
 
 
 def _admissible(valid: Sequence[str]) -> list[str]:
@@ -248,4 +302,3 @@ def _first_reading(prompt: str) -> str:
         if line.startswith("0:"):
             return line[2:].strip()
     return "its first reading"
-

@@ -7,6 +7,7 @@ rest. Each turn costs a step. An admissible action is played and earns the rise 
 game and earns 0. The episode ends when the game is over (success: the game says the task is done, or
 full score), or after `max_steps` turns.
 """
+
 from __future__ import annotations
 
 from abc import abstractmethod
@@ -171,14 +172,28 @@ class TextGameEnv(Env):
         success = self._view.won or self._view.score >= 1.0
         failure = self._view.over and not success
         done = success or failure or self._moves >= self.max_steps
-        info: dict[str, Any] = {"admissible": admitted is not None, "admissible_actions": self.admissible_actions,
-                                "score": self._view.score, "moves": self._moves}
+        info: dict[str, Any] = {
+            "admissible": admitted is not None,
+            "admissible_actions": self.admissible_actions,
+            "score": self._view.score,
+            "moves": self._moves,
+        }
         if done:
             self._done = True
-            info.update(success=success, feedback=episode_feedback(
-                success=success, failure=failure, moves=self._moves, max_steps=self.max_steps,
-                score=f"score {self._view.score:.2f}", invalid=self._invalid, command=command,
-                cause=self.failure_cause, invalid_word=self.invalid_word))
+            info.update(
+                success=success,
+                feedback=episode_feedback(
+                    success=success,
+                    failure=failure,
+                    moves=self._moves,
+                    max_steps=self.max_steps,
+                    score=f"score {self._view.score:.2f}",
+                    invalid=self._invalid,
+                    command=command,
+                    cause=self.failure_cause,
+                    invalid_word=self.invalid_word,
+                ),
+            )
         return StepResult(observation=observation, reward=reward, done=done, info=info)
 
     def _show(self, view: View) -> str:

@@ -15,6 +15,7 @@ anything else costs a turn, leaves the game untouched and earns 0.
 Each observation ends with the list of valid actions (`show_actions`, on by default: small games have
 about 10-30, and an agent that sees them wastes fewer turns).
 """
+
 from __future__ import annotations
 
 import random
@@ -32,7 +33,7 @@ DEFAULT_PARAMS = {
     "cookingworld": "numLocations=1,numIngredients=2,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
     "coin": "numLocations=3,numDistractorItems=0,includeDoors=0,limitInventorySize=0",
     "mapreader": "numLocations=3,maxDistanceApart=2,maxDistractorItemsPerLocation=0,includeDoors=0,"
-                 "limitInventorySize=0",
+    "limitInventorySize=0",
     "twc": "numLocations=1,numItemsToPutAway=2,includeDoors=0,limitInventorySize=0",
 }
 MISSING = "the textworld_express env needs the simulator: pip install textworld-express (and Java on PATH)"
@@ -84,14 +85,22 @@ class TextWorldExpressEnv(TextGameEnv):
     argument_help = {
         "games": "the games to play, tasks alternating between them: " + ", ".join(GAMES),
         "game_params": "TextWorldExpress parameters over the small defaults, e.g. 'numLocations=5,includeDoors=1' "
-                       "(one string for every game, or a mapping game -> string)",
+        "(one string for every game, or a mapping game -> string)",
         "train_size": "games in the train split (from TextWorldExpress's train seeds)",
         "test_size": "games in the test split (from its test seeds)",
     }
 
-    def __init__(self, *, games: Sequence[str] | str = GAMES, game_params: str | Mapping[str, str] = "",
-                 train_size: int = 100, test_size: int = 20, max_steps: int = 20, seed: int = 0,
-                 show_actions: bool = True):
+    def __init__(
+        self,
+        *,
+        games: Sequence[str] | str = GAMES,
+        game_params: str | Mapping[str, str] = "",
+        train_size: int = 100,
+        test_size: int = 20,
+        max_steps: int = 20,
+        seed: int = 0,
+        show_actions: bool = True,
+    ):
         super().__init__(max_steps=max_steps, show_actions=show_actions)
         games = (games,) if isinstance(games, str) else tuple(games)
         if not games or len(set(games)) != len(games):
@@ -105,11 +114,13 @@ class TextWorldExpressEnv(TextGameEnv):
             raise UserError(MISSING) from None
         unknown = [game for game in games if game not in GAME_NAMES]
         if unknown:
-            raise UserError(f"unknown TextWorldExpress game(s) {', '.join(unknown)}; "
-                            f"choose from {', '.join(GAME_NAMES)}")
+            raise UserError(
+                f"unknown TextWorldExpress game(s) {', '.join(unknown)}; choose from {', '.join(GAME_NAMES)}"
+            )
         if shutil.which("java") is None:
-            raise UserError("the textworld_express env needs Java on PATH "
-                            "(e.g. apt-get install openjdk-17-jre-headless)")
+            raise UserError(
+                "the textworld_express env needs Java on PATH (e.g. apt-get install openjdk-17-jre-headless)"
+            )
         self._simulator_class = simulator_class
         self.games = games
         self.params = game_settings(games, game_params)
@@ -155,8 +166,11 @@ class TextWorldExpressEnv(TextGameEnv):
         return [self._make_task(game, seed, split) for game, seed in round_robin(pools, self.sizes[split])]
 
     def _make_task(self, game: str, seed: int, fold: str) -> Task:
-        return Task(id=f"{self.name}-{game}-{fold}-{seed}", prompt=f"TextWorldExpress {game} game ({fold} seed {seed})",
-                    data={"game": game, "seed": int(seed), "fold": fold, "params": self.params[game]})
+        return Task(
+            id=f"{self.name}-{game}-{fold}-{seed}",
+            prompt=f"TextWorldExpress {game} game ({fold} seed {seed})",
+            data={"game": game, "seed": int(seed), "fold": fold, "params": self.params[game]},
+        )
 
     # --- episode ---------------------------------------------------------------------------------
     def _launch(self, task: Task, gold: bool) -> tuple[str, dict[str, Any]]:
@@ -166,14 +180,18 @@ class TextWorldExpressEnv(TextGameEnv):
 
     def _start(self, task: Task) -> View:
         observation, infos = self._launch(task, gold=False)
-        return View(f"{infos['taskDescription'].strip()}\n\n{observation.strip()}",
-                    tuple(sorted(infos["validActions"])), _clamp(infos["score"]))
+        return View(
+            f"{infos['taskDescription'].strip()}\n\n{observation.strip()}",
+            tuple(sorted(infos["validActions"])),
+            _clamp(infos["score"]),
+        )
 
     def _play(self, command: str) -> View:
         observation, _, _, infos = self._sim.step(command)
         success, failure = bool(infos["tasksuccess"]), bool(infos["taskfailure"])
-        return View(observation, tuple(sorted(infos["validActions"])), _clamp(infos["score"]), success or failure,
-                    won=success)
+        return View(
+            observation, tuple(sorted(infos["validActions"])), _clamp(infos["score"]), success or failure, won=success
+        )
 
     def gold_actions(self, task: Task) -> list[str]:
         """A winning action sequence from the simulator (ends any episode in progress)."""

@@ -26,6 +26,7 @@ Where `verify_bfcl` and BFCL's checker disagree (each difference is tested in te
 
 Model output is only ever parsed as JSON, never executed. Feedback is '; '-joined short clauses.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,6 +60,7 @@ class Call:
 
 
 # ---------------------------------------------------------------------------------------------- parsing
+
 
 @lru_cache(maxsize=16)
 def _block_pattern(tag: str) -> re.Pattern[str]:
@@ -102,8 +104,9 @@ def _load_json(block: str, which: str) -> Json:
     try:
         return json.loads(block, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
-        raise ToolCallFormatError(f"{which} is not valid JSON: {error.msg} "
-                                  f"(line {error.lineno}, column {error.colno})") from None
+        raise ToolCallFormatError(
+            f"{which} is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+        ) from None
     except _DuplicateKey as error:
         raise ToolCallFormatError(f"{which} is not valid JSON: the key {_show(str(error))} appears twice") from None
     except _BadConstant as error:
@@ -137,19 +140,19 @@ def _no_constant(name: str) -> Json:
 
 def _to_call(item: Json, which: str) -> Call:
     if not isinstance(item, dict):
-        raise ToolCallFormatError(f"{which} must be a JSON object with \"name\" and \"arguments\", "
-                                  f"or a list of such objects")
+        raise ToolCallFormatError(
+            f'{which} must be a JSON object with "name" and "arguments", or a list of such objects'
+        )
     extra = [key for key in item if key not in ("name", "arguments")]
     if extra:
-        raise ToolCallFormatError(f"{which} has the unexpected key {_show(extra[0])}; "
-                                  f"use only \"name\" and \"arguments\"")
+        raise ToolCallFormatError(f'{which} has the unexpected key {_show(extra[0])}; use only "name" and "arguments"')
     name = item.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise ToolCallFormatError(f"{which} has no \"name\" string")
+        raise ToolCallFormatError(f'{which} has no "name" string')
     if "arguments" not in item:
-        raise ToolCallFormatError(f"{which} has no \"arguments\"; write \"arguments\": {{}} for none")
+        raise ToolCallFormatError(f'{which} has no "arguments"; write "arguments": {{}} for none')
     if not isinstance(item["arguments"], dict):
-        raise ToolCallFormatError(f"{which} has \"arguments\" that are not a JSON object")
+        raise ToolCallFormatError(f'{which} has "arguments" that are not a JSON object')
     return Call(name.strip(), item["arguments"])
 
 
@@ -180,8 +183,10 @@ _BFCL_IGNORED = re.compile(r"[ ,./\-_*^]")
 
 def _bfcl_strings(a: str, b: str) -> bool:
     """BFCL's `standardize_string`: spaces and ,./-_*^ removed, lowercased, ' read as "."""
+
     def norm(s: str) -> str:
         return _BFCL_IGNORED.sub("", s).lower().replace("'", '"')
+
     return norm(a) == norm(b)
 
 
@@ -208,7 +213,7 @@ def same_value(a: Json, b: Json, strings: StringEqual = _exact_strings) -> bool:
 
 def _show(value: Json) -> str:
     shown = repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return shown if len(shown) <= _SHOWN_CHARS else shown[:_SHOWN_CHARS - 3] + "..."
+    return shown if len(shown) <= _SHOWN_CHARS else shown[: _SHOWN_CHARS - 3] + "..."
 
 
 def _show_list(values: Sequence[Json]) -> str:
@@ -220,8 +225,11 @@ def _show_list(values: Sequence[Json]) -> str:
 Compare = Callable[[Call, Any], list[str]]  # (call, (gold name, gold)) -> problems; [] is a match
 
 
-def verify_exact(calls: Sequence[Call], gold_calls: Sequence[Call | Mapping[str, Json]],
-                 functions: Sequence[Mapping[str, Json]] | None = None) -> Verdict:
+def verify_exact(
+    calls: Sequence[Call],
+    gold_calls: Sequence[Call | Mapping[str, Json]],
+    functions: Sequence[Mapping[str, Json]] | None = None,
+) -> Verdict:
     """xLAM rule: the calls equal the gold calls as a multiset of (name, arguments), in any order."""
     golds = [gold if isinstance(gold, Call) else Call(gold["name"], dict(gold["arguments"])) for gold in gold_calls]
 
@@ -232,18 +240,28 @@ def verify_exact(calls: Sequence[Call], gold_calls: Sequence[Call | Mapping[str,
             if argument not in gold.arguments:
                 problems.append(f"unexpected argument '{argument}' for {call.name}")
             elif not same_value(value, gold.arguments[argument]):
-                problems.append(f"argument '{argument}' of {call.name} is {_show(value)}, "
-                                f"expected {_show(gold.arguments[argument])}")
-        problems += [f"missing required argument '{argument}' for {call.name}"
-                     for argument in gold.arguments if argument not in call.arguments]
+                problems.append(
+                    f"argument '{argument}' of {call.name} is {_show(value)}, "
+                    f"expected {_show(gold.arguments[argument])}"
+                )
+        problems += [
+            f"missing required argument '{argument}' for {call.name}"
+            for argument in gold.arguments
+            if argument not in call.arguments
+        ]
         return problems
 
     available = None if functions is None else _function_names(functions)
     return _judge(calls, [(gold.name, gold) for gold in golds], compare, available)
 
 
-def verify_bfcl(calls: Sequence[Call], ground_truth: Sequence[Mapping[str, Mapping[str, list[Json]]]],
-                functions: Sequence[Mapping[str, Json]], *, lenient_strings: bool = False) -> Verdict:
+def verify_bfcl(
+    calls: Sequence[Call],
+    ground_truth: Sequence[Mapping[str, Mapping[str, list[Json]]]],
+    functions: Sequence[Mapping[str, Json]],
+    *,
+    lenient_strings: bool = False,
+) -> Verdict:
     """r3l's BFCL rule over `ground_truth` ([{function: {argument: [acceptable values]}}]), order-free:
     'strict' by default, 'lenient' with `lenient_strings`; how it differs from BFCL's checker: module docstring."""
     golds = [_gold_call(entry) for entry in ground_truth]
@@ -266,17 +284,22 @@ def verify_bfcl(calls: Sequence[Call], ground_truth: Sequence[Mapping[str, Mappi
                 problems.append(f"argument '{argument}' of {name} should be left out")
             elif not any(_accepts(value, choice, schema, strings) for choice in acceptable):
                 examples = [_example(choice, schema) for choice in acceptable]
-                problems.append(f"argument '{argument}' of {name} is {_show(value)}, "
-                                f"expected one of {_show_list(examples)}")
-        problems += [f"missing required argument '{argument}' for {name}" for argument, choices in spec.items()
-                     if argument not in call.arguments and not any(map(_is_optional_marker, choices))]
+                problems.append(
+                    f"argument '{argument}' of {name} is {_show(value)}, expected one of {_show_list(examples)}"
+                )
+        problems += [
+            f"missing required argument '{argument}' for {name}"
+            for argument, choices in spec.items()
+            if argument not in call.arguments and not any(map(_is_optional_marker, choices))
+        ]
         return problems
 
     return _judge(calls, golds, compare, _function_names(functions))
 
 
-def bfcl_reference_calls(ground_truth: Sequence[Mapping[str, Mapping[str, list[Json]]]],
-                         functions: Sequence[Mapping[str, Json]]) -> list[Call]:
+def bfcl_reference_calls(
+    ground_truth: Sequence[Mapping[str, Mapping[str, list[Json]]]], functions: Sequence[Mapping[str, Json]]
+) -> list[Call]:
     """One answer BFCL's checker accepts: the first acceptable value of every argument the ground truth
     requires or the function's schema lists as required, other optional ones left out.
 
@@ -301,7 +324,7 @@ def bfcl_reference_calls(ground_truth: Sequence[Mapping[str, Mapping[str, list[J
 def _gold_call(entry: Mapping[str, Mapping[str, list[Json]]]) -> GoldCall:
     if not isinstance(entry, Mapping) or len(entry) != 1:
         raise ValueError(f"a BFCL ground-truth entry must be {{function: {{argument: [values]}}}}, got {entry!r}")
-    (name, spec), = entry.items()
+    ((name, spec),) = entry.items()
     return name, dict(spec)
 
 
@@ -340,7 +363,8 @@ def _accepts(value: Json, choice: Json, schema: Mapping[str, Json], strings: Str
     if kind == "list_of_dicts" and isinstance(choice, list) and isinstance(value, list):
         return len(value) == len(choice) and all(
             isinstance(item, dict) and isinstance(spec, dict) and _dict_accepts(item, spec, strings)
-            for item, spec in zip(value, choice))
+            for item, spec in zip(value, choice)
+        )
     return same_value(value, choice, strings)
 
 
@@ -352,18 +376,23 @@ def _dict_accepts(value: dict[str, Json], spec: dict[str, Json], strings: String
             return False
         if not any(same_value(item, choice, strings) for choice in choices if not _is_optional_marker(choice)):
             return False
-    return all(key in value or (isinstance(choices, list) and any(map(_is_optional_marker, choices)))
-               for key, choices in spec.items())
+    return all(
+        key in value or (isinstance(choices, list) and any(map(_is_optional_marker, choices)))
+        for key, choices in spec.items()
+    )
 
 
 def _example(choice: Json, schema: Mapping[str, Json]) -> Json:
     """An acceptable value in plain form: nested {key: [values]} specs reduced to their first values."""
+
     def reduce(spec: Json) -> Json:
         if not isinstance(spec, dict):
             return spec
-        return {key: next(c for c in choices if not _is_optional_marker(c))
-                for key, choices in spec.items()
-                if isinstance(choices, list) and choices and not any(map(_is_optional_marker, choices))}
+        return {
+            key: next(c for c in choices if not _is_optional_marker(c))
+            for key, choices in spec.items()
+            if isinstance(choices, list) and choices and not any(map(_is_optional_marker, choices))
+        }
 
     kind = _nested_kind(schema)
     if kind == "dict":
@@ -377,15 +406,19 @@ def _function_names(functions: Sequence[Mapping[str, Json]]) -> set[str]:
     return {doc["name"] for doc in functions if isinstance(doc, Mapping) and isinstance(doc.get("name"), str)}
 
 
-def _judge(calls: Sequence[Call], golds: Sequence[tuple[str, Any]], compare: Compare,
-           available: set[str] | None) -> Verdict:
+def _judge(
+    calls: Sequence[Call], golds: Sequence[tuple[str, Any]], compare: Compare, available: set[str] | None
+) -> Verdict:
     """Match calls to gold calls one-to-one (maximum matching over exact fits); explain what is left over."""
     problems = [[compare(call, gold) if call.name == gold[0] else None for gold in golds] for call in calls]
     match = _maximum_matching(len(calls), len(golds), lambda i, j: problems[i][j] == [])
     if len(match) == len(golds) == len(calls):
         count = len(calls)
-        return Verdict(reward=1.0, success=True,
-                       feedback=f"correct: {'the call matches' if count == 1 else f'all {count} calls match'}")
+        return Verdict(
+            reward=1.0,
+            success=True,
+            feedback=f"correct: {'the call matches' if count == 1 else f'all {count} calls match'}",
+        )
 
     feedback: list[str] = []
     if len(calls) != len(golds):

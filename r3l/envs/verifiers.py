@@ -7,6 +7,7 @@ math-verify evaluates expressions, so it would reward a reply that restates the 
 'Calculate 2 + 5.'). Symbolic reference answers ('x^2+1', '\\sqrt{2}/2') are compared by math-verify.
 docs/VERIFIERS.md lists where these verdicts differ from the scorers shipped with the data, and why.
 """
+
 from __future__ import annotations
 
 import logging
@@ -53,8 +54,10 @@ def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, requi
     if not answer:
         return _failure("the <answer></answer> tags are empty")
     if len(answer) > MAX_GRADED_CHARS:
-        return _failure(f"the answer is {len(answer)} characters long; an answer is one value, at most "
-                        f"{MAX_GRADED_CHARS} characters")
+        return _failure(
+            f"the answer is {len(answer)} characters long; an answer is one value, at most "
+            f"{MAX_GRADED_CHARS} characters"
+        )
     if numeric_gold:
         value = parse_number_literal(answer)
         if value is None:
@@ -149,8 +152,9 @@ def _math_verify(gold: str, answer: str, answer_is_whole_reply: bool = False) ->
     try:
         with _time_budget(MATH_VERIFY_BUDGET_S):
             parsed_gold = _parse_short(gold, parse)
-            parsed_answer = (parse(answer, parsing_timeout=None) if answer_is_whole_reply
-                             else _parse_short(answer, parse))
+            parsed_answer = (
+                parse(answer, parsing_timeout=None) if answer_is_whole_reply else _parse_short(answer, parse)
+            )
             if not parsed_gold or not parsed_answer:
                 return False
             return bool(verify(parsed_gold, parsed_answer, timeout_seconds=None))

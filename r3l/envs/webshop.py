@@ -18,6 +18,7 @@ Buying (click[buy now]) ends the episode and pays WebShop's score in [0, 1] for 
 The environment talks to a `WebShopBackend`; the WebShop one is made unless a backend is given (tests pass
 a small fake shop).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,8 +40,10 @@ TEST_GOALS = range(0, 500)
 FIRST_TRAIN_GOAL = 1500
 SEARCH_FORM = "search[<keywords>]"
 OBSERVATION_MODES = ("text", "text_rich")
-MISSING = ("the webshop env needs WebShop: clone github.com/princeton-nlp/WebShop, run ./setup.sh -d all there, "
-           "and set env.args.webshop_path (or WEBSHOP_PATH) to the checkout")
+MISSING = (
+    "the webshop env needs WebShop: clone github.com/princeton-nlp/WebShop, run ./setup.sh -d all there, "
+    "and set env.args.webshop_path (or WEBSHOP_PATH) to the checkout"
+)
 _ACTION = re.compile(r"^(search|click)\s*\[(.*)\]$", re.DOTALL)
 
 SYSTEM_PROMPT = (
@@ -88,8 +91,10 @@ class WebShopBackend(ABC):
 def goal_splits(count: int) -> dict[str, range]:
     """WebShop's goal ranges: test 0-499, train 1500 onwards; UserError when the store is too small."""
     if count <= FIRST_TRAIN_GOAL:
-        raise UserError(f"WebShop has only {count} goals, too few for its train split (goals {FIRST_TRAIN_GOAL} on); "
-                        "load all products (./setup.sh -d all, env.args.num_products null)")
+        raise UserError(
+            f"WebShop has only {count} goals, too few for its train split (goals {FIRST_TRAIN_GOAL} on); "
+            "load all products (./setup.sh -d all, env.args.num_products null)"
+        )
     return {"test": range(TEST_GOALS.start, min(TEST_GOALS.stop, count)), "train": range(FIRST_TRAIN_GOAL, count)}
 
 
@@ -114,12 +119,18 @@ def admit_action(action: str, page: Page) -> str | None:
 class WebAgentTextBackend(WebShopBackend):
     """princeton-nlp/WebShop's `WebAgentTextEnv`, loaded on first use."""
 
-    def __init__(self, webshop_path: str | None = None, num_products: int | None = None, human_goals: bool = True,
-                 observation_mode: str = "text_rich"):
+    def __init__(
+        self,
+        webshop_path: str | None = None,
+        num_products: int | None = None,
+        human_goals: bool = True,
+        observation_mode: str = "text_rich",
+    ):
         path = webshop_path or os.environ.get("WEBSHOP_PATH")
         if path and not (Path(path).expanduser() / "web_agent_site").is_dir():
-            raise UserError(f"no web_agent_site folder in {path}; set env.args.webshop_path (or WEBSHOP_PATH) to a "
-                            "WebShop checkout")
+            raise UserError(
+                f"no web_agent_site folder in {path}; set env.args.webshop_path (or WEBSHOP_PATH) to a WebShop checkout"
+            )
         if not path and importlib.util.find_spec("web_agent_site") is None:
             raise UserError(MISSING)
         self.path = str(Path(path).expanduser()) if path else None
@@ -135,8 +146,9 @@ class WebAgentTextBackend(WebShopBackend):
             try:
                 self._store = WebAgentTextEnv(**self.settings)
             except FileNotFoundError as error:
-                raise UserError(f"WebShop's data is missing ({error.filename}); run ./setup.sh -d all in the "
-                                "WebShop checkout") from None
+                raise UserError(
+                    f"WebShop's data is missing ({error.filename}); run ./setup.sh -d all in the WebShop checkout"
+                ) from None
         return self._store
 
     def goal_count(self) -> int:
@@ -168,7 +180,7 @@ class WebShopEnv(TextGameEnv):
     system_prompt = SYSTEM_PROMPT.format(max_steps=15)
     argument_help = {
         "webshop_path": "a WebShop checkout set up with ./setup.sh -d all (null: $WEBSHOP_PATH, or web_agent_site "
-                        "installed)",
+        "installed)",
         "num_products": "products the store loads (null: all; fewer leave too few goals for the train split)",
         "human_goals": "the human-written instructions (R3L's setting) instead of WebShop's generated ones",
         "observation_mode": "how pages are shown: " + ", ".join(OBSERVATION_MODES),
@@ -177,19 +189,33 @@ class WebShopEnv(TextGameEnv):
         "seed": "the order in which each split's goals are drawn",
     }
 
-    def __init__(self, *, webshop_path: str | None = None, num_products: int | None = None, human_goals: bool = True,
-                 observation_mode: str = "text_rich", train_size: int | None = None, test_size: int | None = None,
-                 max_steps: int = 15, seed: int = 0, show_actions: bool = True,
-                 backend: WebShopBackend | None = None):
+    def __init__(
+        self,
+        *,
+        webshop_path: str | None = None,
+        num_products: int | None = None,
+        human_goals: bool = True,
+        observation_mode: str = "text_rich",
+        train_size: int | None = None,
+        test_size: int | None = None,
+        max_steps: int = 15,
+        seed: int = 0,
+        show_actions: bool = True,
+        backend: WebShopBackend | None = None,
+    ):
         super().__init__(max_steps=max_steps, show_actions=show_actions)
         if observation_mode not in OBSERVATION_MODES:
-            raise UserError(f"env.args.observation_mode must be one of {', '.join(OBSERVATION_MODES)}, "
-                            f"got '{observation_mode}'")
+            raise UserError(
+                f"env.args.observation_mode must be one of {', '.join(OBSERVATION_MODES)}, got '{observation_mode}'"
+            )
         check_count("num_products", num_products, 1, optional=True)
         check_count("train_size", train_size, 0, optional=True)
         check_count("test_size", test_size, 0, optional=True)
-        self.backend = backend if backend is not None else WebAgentTextBackend(
-            webshop_path, num_products, human_goals, observation_mode)
+        self.backend = (
+            backend
+            if backend is not None
+            else WebAgentTextBackend(webshop_path, num_products, human_goals, observation_mode)
+        )
         self.sizes = {"train": train_size, "test": test_size}
         self.seed = seed
         self.system_prompt = SYSTEM_PROMPT.format(max_steps=max_steps)
@@ -199,8 +225,9 @@ class WebShopEnv(TextGameEnv):
         goals = list(goal_splits(self.backend.goal_count())[split])
         random.Random(f"{self.seed}-{split}").shuffle(goals)
         size = self.sizes[split]
-        return [Task(id=f"{self.name}-{goal}", prompt=f"WebShop goal {goal}", data={"goal": goal})
-                for goal in goals[:size]]
+        return [
+            Task(id=f"{self.name}-{goal}", prompt=f"WebShop goal {goal}", data={"goal": goal}) for goal in goals[:size]
+        ]
 
     def admit(self, action: str) -> str | None:
         return admit_action(action, self._page)

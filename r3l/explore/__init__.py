@@ -1,4 +1,5 @@
 """Exploration strategies: each turns a batch of tasks into experiences (one module per strategy)."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -56,8 +57,9 @@ class Strategy(ABC):
             self._runner = EpisodeRunner(c.make_env, c.generator, c.tokenizer, c.prompt_format, c.limits)
         return self._runner
 
-    def training_tasks(self, train_tasks: Sequence[Task], run_dir: Path | None, limit: int | None = None,
-                       build: int = 0) -> Sequence[Task]:
+    def training_tasks(
+        self, train_tasks: Sequence[Task], run_dir: Path | None, limit: int | None = None, build: int = 0
+    ) -> Sequence[Task]:
         """The tasks a run draws its batches from (R3 draws from a failure set); `limit` bounds the work,
         `build` counts rebuilds (see `refresh_due`)."""
         return train_tasks

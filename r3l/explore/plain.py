@@ -1,4 +1,5 @@
 """The plain strategy (GRPO, OPMD, RAFT): a group of independent episodes per task, one experience each."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,7 +18,11 @@ class PlainStrategy(Strategy):
         params = replace(context.sampling, seed=None if context.sampling.seed is None else context.sampling.seed + step)
         starts = [EpisodeStart(task) for task in tasks for _ in range(context.group_size)]
         played = self.runner.run(starts, params)
-        groups = [played[i * context.group_size:(i + 1) * context.group_size] for i in range(len(tasks))]
-        experiences = [trajectory_experience(trajectory, group=f"step{step}-{task.id}")
-                       for task, group in zip(tasks, groups) for trajectory in group if trainable(trajectory)]
+        groups = [played[i * context.group_size : (i + 1) * context.group_size] for i in range(len(tasks))]
+        experiences = [
+            trajectory_experience(trajectory, group=f"step{step}-{task.id}")
+            for task, group in zip(tasks, groups)
+            for trajectory in group
+            if trainable(trajectory)
+        ]
         return experiences, episode_metrics(groups)

@@ -1,5 +1,6 @@
 """R3 (Reflect, Retry, Reward): on a failed first attempt, sample G reflections, retry once after each,
 and reward only the reflection tokens with the second attempt's binary success (GRPO over reflections)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -20,7 +21,9 @@ from r3l.reflection.retry import Attempt, Retry, reflect_and_retry, start_conver
 
 
 class R3Settings(StrategySettings):
-    max_samples: int = Field(8, gt=0, description="first attempts tried per query when building the failure set (paper: 64)")
+    max_samples: int = Field(
+        8, gt=0, description="first attempts tried per query when building the failure set (paper: 64)"
+    )
     max_queries: int | None = Field(256, gt=0, description="training queries tried for the failure set (None: all)")
     refresh_every: int = Field(0, ge=0, description="rebuild the failure set every N steps (0: never)")
     train_second_attempt: bool = Field(False, description="also train the second attempt's tokens (ablation)")
@@ -32,11 +35,20 @@ class R3Settings(StrategySettings):
 
 def retry_experience(retry: Retry, group: str) -> Experience:
     return conversation_experience(
-        retry.conversation, group, "reflection", 1.0 if retry.verdict.success else 0.0, retry.reflection.text,
-        task_id=retry.failure.task.id, first_attempt=retry.failure.completion.text,
-        first_attempt_feedback=retry.failure.verdict.feedback, second_attempt=retry.second.text,
-        second_attempt_success=retry.verdict.success, second_attempt_feedback=retry.verdict.feedback,
-        reflection_span=list(retry.reflection_span), second_attempt_span=list(retry.second_span))
+        retry.conversation,
+        group,
+        "reflection",
+        1.0 if retry.verdict.success else 0.0,
+        retry.reflection.text,
+        task_id=retry.failure.task.id,
+        first_attempt=retry.failure.completion.text,
+        first_attempt_feedback=retry.failure.verdict.feedback,
+        second_attempt=retry.second.text,
+        second_attempt_success=retry.verdict.success,
+        second_attempt_feedback=retry.verdict.feedback,
+        reflection_span=list(retry.reflection_span),
+        second_attempt_span=list(retry.second_span),
+    )
 
 
 @STRATEGIES.register("r3")
@@ -49,19 +61,31 @@ class R3Strategy(Strategy):
         self.prompts = ReflectionPrompts.load(s.reflect_prompt, s.retry_prompt, s.include_feedback)
         self.failure_counts: dict[str, float] = {}  # of the latest failure-set build, logged every step
 
-    def training_tasks(self, train_tasks: Sequence[Task], run_dir: Path | None, limit: int | None = None,
-                       build: int = 0):
+    def training_tasks(
+        self, train_tasks: Sequence[Task], run_dir: Path | None, limit: int | None = None, build: int = 0
+    ):
         c, s = self.context, self.settings
         require_single_turn(c.make_env, "the r3 strategy")
         path = None if run_dir is None else run_dir / f"failure_set_{build}.jsonl"
         failures: FailureSet = build_failure_set(
-            train_tasks, c.make_env, c.generator, c.tokenizer, replace(c.sampling, seed=(c.sampling.seed or 0) + build),
-            c.prompt_format, max_samples=s.max_samples, max_queries=s.max_queries, target=limit, path=path,
-            limits=c.limits)
+            train_tasks,
+            c.make_env,
+            c.generator,
+            c.tokenizer,
+            replace(c.sampling, seed=(c.sampling.seed or 0) + build),
+            c.prompt_format,
+            max_samples=s.max_samples,
+            max_queries=s.max_queries,
+            target=limit,
+            path=path,
+            limits=c.limits,
+        )
         self.failure_counts = {**failures.counts(), "failure_set/builds": float(build + 1)}
         if not failures.tasks:
-            raise UserError(f"the model solved all {failures.tried} queries tried, so R3 has no failures to learn from; "
-                            "raise algorithm.strategy_args.max_queries or use a harder task")
+            raise UserError(
+                f"the model solved all {failures.tried} queries tried, so R3 has no failures to learn from; "
+                "raise algorithm.strategy_args.max_queries or use a harder task"
+            )
         return failures.tasks
 
     def refresh_due(self, step: int) -> bool:
@@ -79,11 +103,22 @@ class R3Strategy(Strategy):
         seed = None if c.sampling.seed is None else c.sampling.seed + step
         reflect_params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, seed=seed)
         retry_params = replace(c.sampling, seed=None if seed is None else seed + 1)
-        groups = reflect_and_retry(failures, c.make_env, c.generator, self.prompts, reflect_params, retry_params,
-                                   n_reflections=c.group_size, train_second_attempt=s.train_second_attempt,
-                                   limits=c.limits)
-        experiences = [retry_experience(retry, group=f"step{step}-{failure.task.id}")
-                       for failure, group in zip(failures, groups) for retry in group]
+        groups = reflect_and_retry(
+            failures,
+            c.make_env,
+            c.generator,
+            self.prompts,
+            reflect_params,
+            retry_params,
+            n_reflections=c.group_size,
+            train_second_attempt=s.train_second_attempt,
+            limits=c.limits,
+        )
+        experiences = [
+            retry_experience(retry, group=f"step{step}-{failure.task.id}")
+            for failure, group in zip(failures, groups)
+            for retry in group
+        ]
         retries = [retry for group in groups for retry in group]
         metrics = {
             "reward": mean(e.reward for e in experiences),

@@ -7,6 +7,7 @@ Switches (algorithm.strategy_args): `reflect_retry` (off: every episode is a bas
 `retries_per_base`, `train_success_reflections`. Positive amplification is the advantage function
 (`positive_amplified`) and the SFT loss is `algorithm.sft_loss`, both chosen in the preset.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -25,10 +26,14 @@ from r3l.envs import Task
 from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
-from r3l.reflection.guidance import (build_guidance, environment_verdict, load_guidance_template, load_reflect_template,
-                                    reflection_prompt)
-from r3l.reflection.report import (REPORT_PARSERS, Report, ReportError, ReportStats, needs_retry,
-                                  outcome_agreement)
+from r3l.reflection.guidance import (
+    build_guidance,
+    environment_verdict,
+    load_guidance_template,
+    load_reflect_template,
+    reflection_prompt,
+)
+from r3l.reflection.report import REPORT_PARSERS, Report, ReportError, ReportStats, needs_retry, outcome_agreement
 from r3l.reflection.report_schema import fitting_field_chars, report_constraint
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion
@@ -42,32 +47,48 @@ class R3LSettings(StrategySettings):
     distill_guidance: bool = Field(True, description="store the retry without the guidance text")
     aux_sft: bool = Field(True, description="train reflection and guided retry as SFT when the retry improved")
     improvement: Literal["reference", "any_gain"] = Field(
-        "reference", description="reference: the retry succeeds and beats its base (more reward, or fewer steps "
-        "where steps are a cost: not in the math dialogue); any_gain: any reward gain counts")
+        "reference",
+        description="reference: the retry succeeds and beats its base (more reward, or fewer steps "
+        "where steps are a cost: not in the math dialogue); any_gain: any reward gain counts",
+    )
     success_reward: float = Field(1.0, description="the reward at which an episode counts as a success")
     retries_per_base: int = Field(1, gt=0, description="retries one base episode may get")
     fill_unused_slots: Literal["none", "fresh"] = Field(
-        "none", description="retry slots no base episode takes: none = the group is smaller (R3L's ALFWorld code); "
-        "fresh = one more unguided episode each (its WebShop, ScienceWorld and math code)")
-    train_success_reflections: bool = Field(True, description="train the reflection on a successful base episode "
-                                            "whose report says 'success' as SFT (R3L's code)")
+        "none",
+        description="retry slots no base episode takes: none = the group is smaller (R3L's ALFWorld code); "
+        "fresh = one more unguided episode each (its WebShop, ScienceWorld and math code)",
+    )
+    train_success_reflections: bool = Field(
+        True,
+        description="train the reflection on a successful base episode whose report says 'success' as SFT (R3L's code)",
+    )
     sft_weight: float = Field(1.0, ge=0, description="advantage (weight) of each auxiliary SFT sample")
-    reflect_on_success: bool = Field(True, description="also reflect on successful base episodes (may retry "
-                                     "an inefficient success)")
+    reflect_on_success: bool = Field(
+        True, description="also reflect on successful base episodes (may retry an inefficient success)"
+    )
     reflection_max_new_tokens: int = Field(4096, gt=0)
     report_parser: Literal["r3l", "reference"] = Field(
-        "r3l", description="r3l: the last balanced JSON object, outcome in any case, non-empty text fields; "
-        "reference: the R3L code's reading (first '{' to last '}', exact outcome, any field values)")
-    show_verdict: bool = Field(True, description="end the log the reflection reads with the environment's verdict "
-                               "(success or failure, and the reward), so the report judges the outcome it was shown")
+        "r3l",
+        description="r3l: the last balanced JSON object, outcome in any case, non-empty text fields; "
+        "reference: the R3L code's reading (first '{' to last '}', exact outcome, any field values)",
+    )
+    show_verdict: bool = Field(
+        True,
+        description="end the log the reflection reads with the environment's verdict "
+        "(success or failure, and the reward), so the report judges the outcome it was shown",
+    )
     reflect_prompt: str | None = Field(None, description="text file replacing the reflection template")
-    guidance_prompt: str | None = Field(None, description="text file replacing the guidance template "
-                                        "(r3l/prompts/r3l_guidance_brief.txt: root cause and suggestion only)")
+    guidance_prompt: str | None = Field(
+        None,
+        description="text file replacing the guidance template "
+        "(r3l/prompts/r3l_guidance_brief.txt: root cause and suggestion only)",
+    )
 
 
 @dataclass
 class Reflection:
     """The reflection on one base episode: the prompt it answered, what the model wrote, the parsed report."""
+
     prompt: TokenConversation
     completion: Completion
     result: Report | ReportError
@@ -87,6 +108,7 @@ class Retry:
 @dataclass
 class BaseRun:
     """One base episode and what came of it: its reflection and its retries."""
+
     task: Task
     group: str
     run: str  # shared by the base and its retries in the records
@@ -141,22 +163,30 @@ class R3LStrategy(Strategy):
         lost, fills = self._retry(groups, n_retry, None if seed is None else seed + 2)
         experiences = [e for run in group_contiguous(groups, fills) for e in self._experiences(run)]
         metrics = self._metrics(groups, n_retry * len(tasks), lost)
-        metrics["success_reflections_trained"] = float(sum(e.meta.get("sft_of") == "success_reflection"
-                                                           for e in experiences))
+        metrics["success_reflections_trained"] = float(
+            sum(e.meta.get("sft_of") == "success_reflection" for e in experiences)
+        )
         if s.fill_unused_slots == "fresh":
             metrics["filled_slots"] = float(len(fills))
         return experiences, metrics
 
     def _check_replayable(self, n_retry: int) -> None:
-        if n_retry and self.settings.retry_from == "pivot" and self.runner.retry_from_pivot \
-                and not self.runner.deterministic:
-            raise UserError(f"environment '{self.runner.env_name}' is not deterministic, so a retry cannot replay the "
-                            "base episode up to its pivot; set algorithm.strategy_args.retry_from=scratch")
+        if (
+            n_retry
+            and self.settings.retry_from == "pivot"
+            and self.runner.retry_from_pivot
+            and not self.runner.deterministic
+        ):
+            raise UserError(
+                f"environment '{self.runner.env_name}' is not deterministic, so a retry cannot replay the "
+                "base episode up to its pivot; set algorithm.strategy_args.retry_from=scratch"
+            )
 
     def _play_bases(self, tasks: Sequence[Task], step: int, n_base: int, seed: int | None) -> list[list[BaseRun]]:
         """`n_base` base episodes per task, one list per task in the batch."""
-        episodes = self.runner.run([EpisodeStart(task) for task in tasks for _ in range(n_base)],
-                                   replace(self.context.sampling, seed=seed))
+        episodes = self.runner.run(
+            [EpisodeStart(task) for task in tasks for _ in range(n_base)], replace(self.context.sampling, seed=seed)
+        )
         repeated = {task_id for task_id, count in Counter(task.id for task in tasks).items() if count > 1}
         groups = []
         for t, task in enumerate(tasks):
@@ -173,26 +203,50 @@ class R3LStrategy(Strategy):
         chosen = [run for run in runs if trainable(run.episode) and (s.reflect_on_success or not run.episode.success)]
         if not chosen:
             return
-        prompts = [TokenConversation.start(c.tokenizer, [{"role": "user", "content": reflection_prompt(
-            step_log(run.episode), run.episode.feedback, rules, self.reflect_template,
-            verdict=environment_verdict(run.episode.success, run.episode.reward) if s.show_verdict else None)}])
-            for run in chosen]
+        prompts = [
+            TokenConversation.start(
+                c.tokenizer,
+                [
+                    {
+                        "role": "user",
+                        "content": reflection_prompt(
+                            step_log(run.episode),
+                            run.episode.feedback,
+                            rules,
+                            self.reflect_template,
+                            verdict=environment_verdict(run.episode.success, run.episode.reward)
+                            if s.show_verdict
+                            else None,
+                        ),
+                    }
+                ],
+            )
+            for run in chosen
+        ]
         params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, stop=(), seed=seed)
-        constraints = None if c.report_field_chars is None else [
-            report_constraint(run.episode.num_steps, fitting_field_chars(c.report_field_chars,
-                                                                         s.reflection_max_new_tokens))
-            for run in chosen]
+        constraints = (
+            None
+            if c.report_field_chars is None
+            else [
+                report_constraint(
+                    run.episode.num_steps, fitting_field_chars(c.report_field_chars, s.reflection_max_new_tokens)
+                )
+                for run in chosen
+            ]
+        )
         completions = c.generator.generate([prompt.tokens for prompt in prompts], params, n=1, constraints=constraints)
         for run, prompt, (completion,) in zip(chosen, prompts, completions):
             try:
-                result: Report | ReportError = REPORT_PARSERS.get(s.report_parser)(completion.text,
-                                                                               run.episode.num_steps)
+                result: Report | ReportError = REPORT_PARSERS.get(s.report_parser)(
+                    completion.text, run.episode.num_steps
+                )
             except ReportError as error:
                 result = error
             run.reflection = Reflection(prompt, completion, result)
 
-    def _retry(self, groups: Sequence[Sequence[BaseRun]], n_retry: int, seed: int | None
-               ) -> tuple[Counter, list[BaseRun]]:
+    def _retry(
+        self, groups: Sequence[Sequence[BaseRun]], n_retry: int, seed: int | None
+    ) -> tuple[Counter, list[BaseRun]]:
         """Retry the chosen base episodes of each task from their pivots (and, with fill_unused_slots=fresh, play
         one more unguided episode per slot left over). Returns (the retries not kept, counted by ending:
         replay_mismatch, env_error; the extra episodes)."""
@@ -204,8 +258,15 @@ class R3LStrategy(Strategy):
             if s.fill_unused_slots == "fresh":
                 fills += [(group[0], n) for n in range(n_retry - len(picked))]
         from_pivot = s.retry_from == "pivot" and self.runner.retry_from_pivot
-        starts = [EpisodeStart(run.task, run.episode, run.reflection.report.retry_from_step if from_pivot else 0,
-                               build_guidance(run.reflection.report, self.guidance_template)) for run in chosen]
+        starts = [
+            EpisodeStart(
+                run.task,
+                run.episode,
+                run.reflection.report.retry_from_step if from_pivot else 0,
+                build_guidance(run.reflection.report, self.guidance_template),
+            )
+            for run in chosen
+        ]
         starts += [EpisodeStart(first.task) for first, _ in fills]
         if not starts:
             return Counter(), []
@@ -216,11 +277,18 @@ class R3LStrategy(Strategy):
                 lost[episode.termination] += 1
                 continue
             base = run.episode
-            better = retry_improved(self.improved, (episode.reward, episode.num_steps), (base.reward, base.num_steps),
-                                    s.success_reward, self.runner.steps_are_a_cost)
+            better = retry_improved(
+                self.improved,
+                (episode.reward, episode.num_steps),
+                (base.reward, base.num_steps),
+                s.success_reward,
+                self.runner.steps_are_a_cost,
+            )
             run.retries.append(Retry(start, episode, better))
-        extra = [BaseRun(first.task, first.group, f"{first.run.rsplit('/', 1)[0]}/fill{n}", episode)
-                 for (first, n), episode in zip(fills, played[len(chosen):])]
+        extra = [
+            BaseRun(first.task, first.group, f"{first.run.rsplit('/', 1)[0]}/fill{n}", episode)
+            for (first, n), episode in zip(fills, played[len(chosen) :])
+        ]
         return lost, extra
 
     # --- experiences ----------------------------------------------------------------------------
@@ -242,8 +310,11 @@ class R3LStrategy(Strategy):
     def _perfect(self, run: BaseRun) -> bool:
         """A successful base episode whose valid report also says 'success'."""
         report = run.reflection.report if run.reflection is not None else None
-        return (report is not None and report.trajectory_outcome == "success"
-                and run.episode.reward >= self.settings.success_reward)
+        return (
+            report is not None
+            and report.trajectory_outcome == "success"
+            and run.episode.reward >= self.settings.success_reward
+        )
 
     def _base_experience(self, run: BaseRun) -> Experience:
         experience = trajectory_experience(run.episode, run.group, "base", run=run.run)
@@ -264,10 +335,19 @@ class R3LStrategy(Strategy):
         s = self.settings
         episode, start = retry.episode, retry.start
         conversation = episode.distilled if s.distill_guidance else episode.conversation
-        experience = trajectory_experience(episode, run.group, "retry", conversation, run=run.run,
-                                           guidance=start.guidance, retry_from=s.retry_from, improved=retry.improved,
-                                           base_reward=run.episode.reward, base_success=run.episode.success,
-                                           guidance_in_tokens=not s.distill_guidance)
+        experience = trajectory_experience(
+            episode,
+            run.group,
+            "retry",
+            conversation,
+            run=run.run,
+            guidance=start.guidance,
+            retry_from=s.retry_from,
+            improved=retry.improved,
+            base_reward=run.episode.reward,
+            base_success=run.episode.success,
+            guidance_in_tokens=not s.distill_guidance,
+        )
         experience.pivot = start.pivot
         if s.pivotal_credit:
             experience.loss_mask = pivotal_mask(experience.loss_mask, experience.turn_spans, start.pivot)
@@ -276,14 +356,32 @@ class R3LStrategy(Strategy):
     def _reflection_sft(self, run: BaseRun, reward: float, of: str = "reflection") -> Experience:
         conversation = run.reflection.prompt.copy()
         conversation.add_assistant(run.reflection.completion, trained=True)
-        return conversation_experience(conversation, run.group, "sft", reward, run.reflection.completion.text,
-                                       objective="sft", advantage=self.settings.sft_weight, task_id=run.task.id,
-                                       run=run.run, sft_of=of, improved=of == "reflection")
+        return conversation_experience(
+            conversation,
+            run.group,
+            "sft",
+            reward,
+            run.reflection.completion.text,
+            objective="sft",
+            advantage=self.settings.sft_weight,
+            task_id=run.task.id,
+            run=run.run,
+            sft_of=of,
+            improved=of == "reflection",
+        )
 
     def _guided_sft(self, run: BaseRun, retry: Retry) -> Experience:
         conversation = retry.episode.conversation
-        experience = trajectory_experience(retry.episode, run.group, "sft", conversation, run=run.run, improved=True,
-                                           sft_of="guided_retry", guidance=retry.start.guidance)
+        experience = trajectory_experience(
+            retry.episode,
+            run.group,
+            "sft",
+            conversation,
+            run=run.run,
+            improved=True,
+            sft_of="guided_retry",
+            guidance=retry.start.guidance,
+        )
         experience.loss_mask = turns_only(conversation.loss_mask, conversation.turn_spans, retry.start.pivot)
         experience.objective = "sft"
         experience.advantage = self.settings.sft_weight
@@ -309,8 +407,13 @@ class R3LStrategy(Strategy):
         metrics["retry_env_errors"] = float(lost["env_error"])
         metrics["retry_slots_unused"] = (slots - len(retries) - sum(lost.values())) / slots if slots else 0.0
         successes = sum(b.success for b in bases)
-        metrics.update({"base_count": float(len(bases)), "base_successes": float(successes),
-                        "base_generated_tokens": float(sum(b.generated_tokens for b in bases))})
+        metrics.update(
+            {
+                "base_count": float(len(bases)),
+                "base_successes": float(successes),
+                "base_generated_tokens": float(sum(b.generated_tokens for b in bases)),
+            }
+        )
         if successes:
             metrics["generated_tokens_per_success/base"] = sum(b.generated_tokens for b in bases) / successes
         metrics["generated_tokens"] += sum(reflection_tokens.values())
@@ -318,18 +421,22 @@ class R3LStrategy(Strategy):
             return metrics
         episodes = [retry.episode for _, retry in retries]
         pivots = [retry.start.pivot for _, retry in retries]
-        metrics.update({
-            "retry_count": float(len(episodes)),
-            "retry_success": mean(float(e.success) for e in episodes),
-            "retry_reward": mean(e.reward for e in episodes),
-            "retry_improvement_rate": mean(float(retry.improved) for _, retry in retries),
-            "pivot_mean": mean(pivots),
-            "pivot_zero_fraction": mean(float(p == 0) for p in pivots),
-            "pivot_relative_mean": mean(retry.start.pivot / max(1, run.episode.num_steps) for run, retry in retries),
-            **{f"pivot_count/{pivot}": float(count) for pivot, count in sorted(Counter(pivots).items())},
-            "retry_tokenization_drift_rate": mean(float(e.conversation.drift() > 0) for e in episodes),
-            **termination_metrics(episodes, prefix="retry_"),
-        })
+        metrics.update(
+            {
+                "retry_count": float(len(episodes)),
+                "retry_success": mean(float(e.success) for e in episodes),
+                "retry_reward": mean(e.reward for e in episodes),
+                "retry_improvement_rate": mean(float(retry.improved) for _, retry in retries),
+                "pivot_mean": mean(pivots),
+                "pivot_zero_fraction": mean(float(p == 0) for p in pivots),
+                "pivot_relative_mean": mean(
+                    retry.start.pivot / max(1, run.episode.num_steps) for run, retry in retries
+                ),
+                **{f"pivot_count/{pivot}": float(count) for pivot, count in sorted(Counter(pivots).items())},
+                "retry_tokenization_drift_rate": mean(float(e.conversation.drift() > 0) for e in episodes),
+                **termination_metrics(episodes, prefix="retry_"),
+            }
+        )
         retry_tokens = sum(e.generated_tokens for e in episodes)
         metrics["generated_tokens"] += retry_tokens
         # what a successful retry cost: the tokens generated after the pivot and the reflections the
@@ -337,8 +444,13 @@ class R3LStrategy(Strategy):
         reflected_cost = sum(reflection_tokens[id(run)] for run in {id(run): run for run, _ in retries}.values())
         cost = retry_tokens + reflected_cost
         retry_successes = sum(e.success for e in episodes)
-        metrics.update({"retry_successes": float(retry_successes), "retry_generated_tokens": float(retry_tokens),
-                        "retry_reflection_tokens": float(reflected_cost)})
+        metrics.update(
+            {
+                "retry_successes": float(retry_successes),
+                "retry_generated_tokens": float(retry_tokens),
+                "retry_reflection_tokens": float(reflected_cost),
+            }
+        )
         if retry_successes:
             metrics[f"generated_tokens_per_success/retry_{self.settings.retry_from}"] = cost / retry_successes
         return metrics

@@ -11,6 +11,7 @@ huggingface/trl#7181); memory-efficient attention computes the same without that
 process setting, not a scoped one, so that it also reaches the forward that gradient checkpointing
 recomputes during backward.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """Pure helpers that turn experiences into padded, target-aligned tensors and length-sorted micro-batches."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -12,7 +13,7 @@ from r3l.rollout.constraints import TokenMasks, stack_masks
 def micro_batches(lengths: Sequence[int], size: int) -> list[list[int]]:
     """Indices grouped into micro-batches of at most `size`, sorted by length so padding stays small."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[start:start + size] for start in range(0, len(order), size)]
+    return [order[start : start + size] for start in range(0, len(order), size)]
 
 
 def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.Tensor]:
@@ -72,12 +73,12 @@ def prefix_micro_batches(experiences: Sequence[Experience], size: int) -> list[l
     """Indices grouped so that each micro-batch holds whole runs of experiences with one shared prefix."""
     runs: dict[tuple[int, ...], list[int]] = {}
     for index, experience in enumerate(experiences):
-        runs.setdefault(tuple(experience.tokens[:shared_prefix_length(experience)]), []).append(index)
+        runs.setdefault(tuple(experience.tokens[: shared_prefix_length(experience)]), []).append(index)
     batches: list[list[int]] = []
     current: list[int] = []
     for members in runs.values():
         for start in range(0, len(members), size):
-            chunk = members[start:start + size]
+            chunk = members[start : start + size]
             if current and len(current) + len(chunk) > size:
                 batches.append(current)
                 current = []
@@ -101,30 +102,42 @@ def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dic
     prefixes: dict[tuple[int, ...], int] = {}
     prefix_index = []
     for experience in experiences:
-        key = tuple(experience.tokens[:shared_prefix_length(experience)])
+        key = tuple(experience.tokens[: shared_prefix_length(experience)])
         prefix_index.append(prefixes.setdefault(key, len(prefixes)))
     prefix_width = max(len(p) for p in prefixes)
     prefix_ids = torch.full((len(prefixes), prefix_width), pad_id, dtype=torch.long)
     prefix_mask = torch.zeros((len(prefixes), prefix_width), dtype=torch.long)
     for row, prefix in enumerate(prefixes):
         if prefix:
-            prefix_ids[row, :len(prefix)] = torch.tensor(prefix, dtype=torch.long)
-            prefix_mask[row, :len(prefix)] = 1
+            prefix_ids[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+            prefix_mask[row, : len(prefix)] = 1
     suffixes = [
-        Experience(group=e.group, kind=e.kind, tokens=e.tokens[cut:], loss_mask=e.loss_mask[cut:],
-                   logprobs=e.logprobs[cut:], reward=e.reward, advantage=e.advantage, meta=e.meta,
-                   objective=e.objective, allowed=allowed_after(e.allowed, cut))
-        for e in experiences for cut in [shared_prefix_length(e)]
+        Experience(
+            group=e.group,
+            kind=e.kind,
+            tokens=e.tokens[cut:],
+            loss_mask=e.loss_mask[cut:],
+            logprobs=e.logprobs[cut:],
+            reward=e.reward,
+            advantage=e.advantage,
+            meta=e.meta,
+            objective=e.objective,
+            allowed=allowed_after(e.allowed, cut),
+        )
+        for e in experiences
+        for cut in [shared_prefix_length(e)]
     ]
     batch = collate(suffixes, pad_id)
     index = torch.tensor(prefix_index, dtype=torch.long)
     lengths = prefix_mask.sum(-1)
-    batch.update({
-        "prefix_ids": prefix_ids,
-        "prefix_mask": prefix_mask,
-        "prefix_index": index,
-        "suffix_positions": lengths[index][:, None] + torch.arange(batch["input_ids"].shape[1])[None],
-    })
+    batch.update(
+        {
+            "prefix_ids": prefix_ids,
+            "prefix_mask": prefix_mask,
+            "prefix_index": index,
+            "suffix_positions": lengths[index][:, None] + torch.arange(batch["input_ids"].shape[1])[None],
+        }
+    )
     return batch
 
 
@@ -136,10 +149,18 @@ def forward_work(batch: dict[str, torch.Tensor]) -> dict[str, int]:
     padded = batch["input_ids"].numel()
     head = int((batch["loss_mask"] > 0).sum())
     if "prefix_ids" not in batch:
-        return {"positions": int(lengths.sum()), "attention_pairs": int((lengths * (lengths + 1) // 2).sum()),
-                "padded_positions": padded, "head_positions": head}
+        return {
+            "positions": int(lengths.sum()),
+            "attention_pairs": int((lengths * (lengths + 1) // 2).sum()),
+            "padded_positions": padded,
+            "head_positions": head,
+        }
     prefix = batch["prefix_mask"].sum(-1)
     before = prefix[batch["prefix_index"]]
     pairs = (prefix * (prefix + 1) // 2).sum() + (lengths * before + lengths * (lengths + 1) // 2).sum()
-    return {"positions": int(prefix.sum() + lengths.sum()), "attention_pairs": int(pairs),
-            "padded_positions": padded + batch["prefix_ids"].numel(), "head_positions": head}
+    return {
+        "positions": int(prefix.sum() + lengths.sum()),
+        "attention_pairs": int(pairs),
+        "padded_positions": padded + batch["prefix_ids"].numel(),
+        "head_positions": head,
+    }

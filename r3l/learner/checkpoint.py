@@ -1,4 +1,5 @@
 """Checkpoints in a run directory: model (loadable by `r3l eval`), optimizer, scheduler, step, data and RNG state."""
+
 from __future__ import annotations
 
 import copy
@@ -50,8 +51,15 @@ OPTIMIZER_FILE = "optimizer.pt"  # the largest part (two moments per weight); on
 SHARDED_DIR = "sharded"  # or, from learner ranks with sharded checkpoints, each rank's part of model and optimizer
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict[str, Any], keep: int = 1,
-                    write_sharded: Callable[[Path], None] | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model,
+    tokenizer,
+    trainer_state: dict[str, Any],
+    keep: int = 1,
+    write_sharded: Callable[[Path], None] | None = None,
+) -> Path:
     """Write checkpoints/step_N atomically, point `latest` at it and keep the newest `keep` checkpoints;
     older ones keep their weights (for `r3l eval`) but lose the optimizer state only resume needs.
     `write_sharded(folder)`, when given, writes the sharded state (and `trainer_state` has no optimizer)."""
@@ -77,11 +85,15 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     except Exception as error:  # a full disk, a vanished directory: safetensors and torch raise their own types
         shutil.rmtree(partial, ignore_errors=True)
         kept = latest_checkpoint(run_dir)
-        raise RunStopped(f"could not write the checkpoint of step {step} ({type(error).__name__}: "
-                         f"{str(error)[:160]}); the last complete checkpoint is {kept or 'none'}: free space or "
-                         f"fix the run directory, then r3l train --resume {run_dir}") from None
+        raise RunStopped(
+            f"could not write the checkpoint of step {step} ({type(error).__name__}: "
+            f"{str(error)[:160]}); the last complete checkpoint is {kept or 'none'}: free space or "
+            f"fix the run directory, then r3l train --resume {run_dir}"
+        ) from None
     failpoint("checkpoint_written")
-    replaced = root / f".step_{step:06d}.replaced"  # a checkpoint of the same step is only dropped once the new one is in
+    replaced = (
+        root / f".step_{step:06d}.replaced"
+    )  # a checkpoint of the same step is only dropped once the new one is in
     shutil.rmtree(replaced, ignore_errors=True)
     if final.exists():
         final.rename(replaced)
@@ -109,8 +121,10 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     the ranks' sharded state under "sharded"."""
     optimizer, sharded = checkpoint / OPTIMIZER_FILE, checkpoint / SHARDED_DIR
     if not optimizer.exists() and not sharded.is_dir():
-        raise UserError(f"{checkpoint} has no {OPTIMIZER_FILE} (only the newest checkpoint keeps it); "
-                        "resume from the run's latest checkpoint")
+        raise UserError(
+            f"{checkpoint} has no {OPTIMIZER_FILE} (only the newest checkpoint keeps it); "
+            "resume from the run's latest checkpoint"
+        )
     state = read_checkpoint_file(checkpoint / STATE_FILE)
     if not isinstance(state, dict) or "step" not in state or "rng" not in state:
         raise UserError(f"{checkpoint / STATE_FILE} is not a trainer state written by r3l; " + DAMAGED_FIX)

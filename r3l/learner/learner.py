@@ -1,4 +1,5 @@
 """The learner: turns experiences into one optimizer step (micro-batches, accumulation, KL, clipping)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +14,14 @@ from r3l.algorithms.rollout_correction import ROLLOUT_CORRECTIONS, mismatch_metr
 from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
 from r3l.errors import UserError
 from r3l.experience import Experience
-from r3l.learner.batching import (collate, collate_shared_prefix, forward_work, micro_batches, prefix_micro_batches,
-                                  shared_prefix_length)
+from r3l.learner.batching import (
+    collate,
+    collate_shared_prefix,
+    forward_work,
+    micro_batches,
+    prefix_micro_batches,
+    shared_prefix_length,
+)
 from r3l.learner.attention import attention_kernel, avoid_cudnn_attention
 from r3l.learner.checkpoint import OPTIMIZER_FILE
 from r3l.learner.schedule import make_scheduler
@@ -33,8 +40,13 @@ def split_head(model):
 def apply_lora(model, lora: LoraConfig):
     from peft import LoraConfig as PeftLoraConfig, get_peft_model
 
-    settings = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                              target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    settings = PeftLoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, settings)
 
 
@@ -57,13 +69,15 @@ class MaskedLogits(torch.nn.Module):
         selected = batch["loss_mask"] > 0
         decoder, head = split_head(self.policy)
         if decoder is None:
-            return self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                               use_cache=False).logits[:, :-1][selected]
+            return self.policy(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+            ).logits[:, :-1][selected]
         if "prefix_ids" in batch:
             hidden = suffix_hidden(decoder, batch)
         else:
-            hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             use_cache=False).last_hidden_state
+            hidden = decoder(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+            ).last_hidden_state
         return head(hidden[:, :-1][selected])
 
 
@@ -71,19 +85,39 @@ def suffix_hidden(decoder, batch) -> torch.Tensor:
     """Run each shared prefix once, fan its keys/values out to its experiences, then run the suffixes.
     Gradients reach the prefix through the cache, summed over the experiences that share it."""
     positions = torch.arange(batch["prefix_ids"].shape[1], device=batch["prefix_ids"].device)
-    prefix = decoder(input_ids=batch["prefix_ids"], attention_mask=batch["prefix_mask"],
-                     position_ids=positions[None].expand_as(batch["prefix_ids"]), use_cache=True)
+    prefix = decoder(
+        input_ids=batch["prefix_ids"],
+        attention_mask=batch["prefix_mask"],
+        position_ids=positions[None].expand_as(batch["prefix_ids"]),
+        use_cache=True,
+    )
     cache = cache_of(prefix)
     cache.batch_select_indices(batch["prefix_index"])
     attention = torch.cat([batch["prefix_mask"][batch["prefix_index"]], batch["attention_mask"]], dim=1)
-    return decoder(input_ids=batch["input_ids"], attention_mask=attention, position_ids=batch["suffix_positions"],
-                   use_cache=True, **with_cache(decoder, cache)).last_hidden_state
+    return decoder(
+        input_ids=batch["input_ids"],
+        attention_mask=attention,
+        position_ids=batch["suffix_positions"],
+        use_cache=True,
+        **with_cache(decoder, cache),
+    ).last_hidden_state
 
 
 class Learner:
-    def __init__(self, model, tokenizer, algorithm: AlgorithmConfig, train: TrainConfig, *, temperature: float,
-                 autocast_bf16: bool = True, ref_model=None, total_steps: int | None = None,
-                 gradient_checkpointing: bool = False, ranks=None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        algorithm: AlgorithmConfig,
+        train: TrainConfig,
+        *,
+        temperature: float,
+        autocast_bf16: bool = True,
+        ref_model=None,
+        total_steps: int | None = None,
+        gradient_checkpointing: bool = False,
+        ranks=None,
+    ):
         self.ranks = ranks  # a RankGroup when the model is sharded across processes (distributed/fsdp.py)
         self.gradient_checkpointing = gradient_checkpointing  # the KV-cache prefix path cannot run under it
         self.model = model
@@ -103,25 +137,33 @@ class Learner:
         if ranks is not None:  # before the optimizer: sharding replaces the parameters
             ranks.shard(model, self.forward_modules[id(model)], per_layer=not train.share_prefix)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay,
-                                           fused=self.fused_optimizer)
+        self.optimizer = torch.optim.AdamW(
+            trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay, fused=self.fused_optimizer
+        )
         avoid_cudnn_attention(self.device)
         self.scheduler = make_scheduler(self.optimizer, total_steps or train.steps, train.warmup_ratio, train.schedule)
 
     def training_state(self) -> dict:
         """What a checkpoint keeps of the learner besides the weights."""
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "nonfinite_updates": self.nonfinite_updates}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "nonfinite_updates": self.nonfinite_updates,
+        }
 
     def load_training_state(self, state: dict) -> None:
         if "optimizer" not in state:
-            raise UserError("this checkpoint's optimizer state was saved sharded by several learner ranks; resume "
-                            "with the distributed.learner_ranks it was written with")
+            raise UserError(
+                "this checkpoint's optimizer state was saved sharded by several learner ranks; resume "
+                "with the distributed.learner_ranks it was written with"
+            )
         try:
             self.optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError, RuntimeError) as error:
-            raise UserError(f"the checkpoint's {OPTIMIZER_FILE} does not fit this model's parameters ({error}); "
-                            "resume with the config saved in the run directory") from None
+            raise UserError(
+                f"the checkpoint's {OPTIMIZER_FILE} does not fit this model's parameters ({error}); "
+                "resume with the config saved in the run directory"
+            ) from None
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_updates = state.get("nonfinite_updates", 0)
 
@@ -133,7 +175,8 @@ class Learner:
     def fused_optimizer(self) -> bool:
         """One fused AdamW kernel over all parameters (CPU and CUDA; 3x faster than the per-tensor loop on CPU)."""
         return self.device.type in ("cpu", "cuda") and all(
-            p.is_floating_point() for p in self.model.parameters() if p.requires_grad)
+            p.is_floating_point() for p in self.model.parameters() if p.requires_grad
+        )
 
     def _autocast(self):
         if self.autocast_bf16:
@@ -143,7 +186,9 @@ class Learner:
     def _masked_logits(self, model, batch) -> torch.Tensor:
         """Logits [N, V] at the N positions whose next token is trained (see MaskedLogits)."""
         # checkpointed layers recompute in backward, outside this context, so they keep the default kernel
-        kernel = contextlib.nullcontext() if self.gradient_checkpointing else attention_kernel(model, batch, self.device)
+        kernel = (
+            contextlib.nullcontext() if self.gradient_checkpointing else attention_kernel(model, batch, self.device)
+        )
         with self._autocast(), kernel:
             return self.forward_modules[id(model)](batch)
 
@@ -168,12 +213,19 @@ class Learner:
         return old
 
     def _zero_advantage_is_free(self) -> bool:
-        return (self.train.skip_zero_advantage and self.ref_model is None
-                and getattr(self.loss_fn, "advantage_weighted", False))
+        return (
+            self.train.skip_zero_advantage
+            and self.ref_model is None
+            and getattr(self.loss_fn, "advantage_weighted", False)
+        )
 
     def _share_prefix(self, experiences: Sequence[Experience]) -> bool:
-        return (self.train.share_prefix and not self.gradient_checkpointing and split_head(self.model)[0] is not None
-                and all(shared_prefix_length(e) > 0 for e in experiences))
+        return (
+            self.train.share_prefix
+            and not self.gradient_checkpointing
+            and split_head(self.model)[0] is not None
+            and all(shared_prefix_length(e) > 0 for e in experiences)
+        )
 
     def _collate(self, experiences: Sequence[Experience]) -> dict[str, torch.Tensor]:
         if self._share_prefix(experiences):
@@ -190,8 +242,10 @@ class Learner:
             return [("policy", list(trained), self.loss_fn, self.algorithm.loss_args)]
         policy = [e for e in trained if e.objective == "policy"]
         sft = [e for e in trained if e.objective == "sft"]
-        parts = [("policy", policy, self.loss_fn, self.algorithm.loss_args),
-                 ("sft", sft, POLICY_LOSSES.get("sft"), {"weighted": True})]
+        parts = [
+            ("policy", policy, self.loss_fn, self.algorithm.loss_args),
+            ("sft", sft, POLICY_LOSSES.get("sft"), {"weighted": True}),
+        ]
         return [part for part in parts if part[1]]
 
     def _denominator(self, experiences: Sequence[Experience]) -> float:
@@ -228,9 +282,11 @@ class Learner:
             mine = self.ranks.share(batches) if self.ranks is not None else batches
             plan.append((name, members, mine, loss_fn, loss_args, denominator, batches[0]))
         behaviour_is_old = behaviour_logprobs and self.algorithm.rollout_correction == "none"
-        stored_old = ({name: self._old_logprobs(members, batches, stand_in)
-                       for name, members, batches, *_, stand_in in plan}
-                      if self.algorithm.updates_per_batch > 1 and not behaviour_is_old else None)
+        stored_old = (
+            {name: self._old_logprobs(members, batches, stand_in) for name, members, batches, *_, stand_in in plan}
+            if self.algorithm.updates_per_batch > 1 and not behaviour_is_old
+            else None
+        )
         sums: dict[str, float] = defaultdict(float)
         self.model.train()
         finite = True
@@ -239,18 +295,29 @@ class Learner:
             for name, members, batches, loss_fn, loss_args, denominator, stand_in in plan:
                 for index, mb in enumerate(batches):
                     batch = self._collate([members[i] for i in mb or stand_in])
-                    old = stored_old[name][index] if stored_old else (
-                        batch["gen_logprobs"] if behaviour_is_old else None)
-                    finite &= self._accumulate(batch, old, denominator, kl_denominator, sums, update == 0, loss_fn,
-                                               loss_args, prefix="" if name == "policy" else f"{name}_",
-                                               counted=mb is not None)
+                    old = (
+                        stored_old[name][index] if stored_old else (batch["gen_logprobs"] if behaviour_is_old else None)
+                    )
+                    finite &= self._accumulate(
+                        batch,
+                        old,
+                        denominator,
+                        kl_denominator,
+                        sums,
+                        update == 0,
+                        loss_fn,
+                        loss_args,
+                        prefix="" if name == "policy" else f"{name}_",
+                        counted=mb is not None,
+                    )
             if self.ranks is not None:  # every rank steps, or none does
                 finite = self.ranks.all_true(finite)
             for parameter in self.model.parameters():  # skipped experiences still count as zero gradients
                 if parameter.requires_grad and parameter.grad is None:
                     parameter.grad = torch.zeros_like(parameter)
-            norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                                  self.train.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip
+            )
             grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # sharded: a DTensor
             sums["grad_norm"] += grad_norm
             finite &= math.isfinite(grad_norm)
@@ -265,8 +332,10 @@ class Learner:
         metrics = {"nonfinite_update": float(not finite), "nonfinite_updates": float(self.nonfinite_updates)}
         gap_max = sums.pop("max:generator_logprob_gap", 0.0)
         if self.ranks is not None:  # each rank summed its own micro-batches; the grad norm is already global
-            sums = defaultdict(float, {**self.ranks.sum({k: v for k, v in sums.items() if k != "grad_norm"}),
-                                       "grad_norm": sums["grad_norm"]})
+            sums = defaultdict(
+                float,
+                {**self.ranks.sum({k: v for k, v in sums.items() if k != "grad_norm"}), "grad_norm": sums["grad_norm"]},
+            )
             gap_max = self.ranks.max(gap_max)
         metrics.update(mismatch_metrics(sums))
         metrics["generator_logprob_gap_max"] = gap_max
@@ -289,8 +358,19 @@ class Learner:
             metrics["sft_samples"] = float(sft_samples)
         return metrics
 
-    def _accumulate(self, batch, old_logprobs, denominator: float, kl_denominator: float, sums: dict[str, float],
-                    first_pass: bool, loss_fn, loss_args: dict, prefix: str = "", counted: bool = True) -> bool:
+    def _accumulate(
+        self,
+        batch,
+        old_logprobs,
+        denominator: float,
+        kl_denominator: float,
+        sums: dict[str, float],
+        first_pass: bool,
+        loss_fn,
+        loss_args: dict,
+        prefix: str = "",
+        counted: bool = True,
+    ) -> bool:
         """Add one micro-batch's gradient; `sums` collects the loss, KL and token-weighted metrics
         (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False (and no backward
         pass) when the loss is not finite. On sharded ranks a backward always runs (it is a collective): with
@@ -307,16 +387,27 @@ class Learner:
                 sums["mismatch:weight"] += float((weights * mask).sum())
                 sums["mismatch:dropped"] += float(((weights == 0) & (mask > 0)).sum())
                 sums["mismatch:weight_tokens"] += float(mask.sum())
-        loss, loss_metrics = loss_fn(logprobs, old, advantages, mask,
-                                     aggregation=self.algorithm.aggregation, denominator=denominator, **loss_args)
+        loss, loss_metrics = loss_fn(
+            logprobs,
+            old,
+            advantages,
+            mask,
+            aggregation=self.algorithm.aggregation,
+            denominator=denominator,
+            **loss_args,
+        )
         if not counted:  # the policy's forward and backward are the collectives; the unsharded reference is not
             backward_adding_nothing(loss)
             return True
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_logprobs = self._logprobs(self.ref_model, batch)[0]
-            kl = aggregate(kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator), mask,
-                           self.algorithm.aggregation, kl_denominator)
+            kl = aggregate(
+                kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator),
+                mask,
+                self.algorithm.aggregation,
+                kl_denominator,
+            )
             loss = loss + self.algorithm.kl_coef * kl
             sums["kl"] += kl.item() / self.algorithm.updates_per_batch
         sums["loss"] += loss.item()
@@ -335,8 +426,9 @@ class Learner:
             entropy = entropy_from_logits(logits.detach()[None], temperature=self.temperature)[0]
             sums[f"{prefix}token:entropy"] += float((entropy * mask[mask > 0]).sum())
             in_context = mask * batch["behaviour_in_context"]
-            for key, value in mismatch_sums(logprobs, batch["gen_logprobs"], in_context,
-                                            self.algorithm.rollout_correction_threshold).items():
+            for key, value in mismatch_sums(
+                logprobs, batch["gen_logprobs"], in_context, self.algorithm.rollout_correction_threshold
+            ).items():
                 if key == "gap_max":
                     sums["max:generator_logprob_gap"] = max(sums["max:generator_logprob_gap"], value)
                 else:

@@ -1,4 +1,5 @@
 """Learning-rate schedules: linear warm-up followed by constant or cosine decay."""
+
 from __future__ import annotations
 
 import math

@@ -1,6 +1,7 @@
 """How large a step the learning rate is for a model: Adam moves every weight by about lr per update
 (exactly lr on its first, where the update is lr * sign(gradient)), so what matters is lr against the
 size of the weights, not against the gradient."""
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,11 @@ SUGGESTED_RELATIVE_STEP = 5e-5
 def median_weight_rms(model: torch.nn.Module) -> float | None:
     """Median root-mean-square of the trainable weight matrices (None if there are none)."""
     with torch.no_grad():
-        values = [float(torch.linalg.vector_norm(p.detach(), dtype=torch.float32)) / math.sqrt(p.numel())
-                  for p in model.parameters() if p.requires_grad and p.dim() == 2 and p.numel() > 0]
+        values = [
+            float(torch.linalg.vector_norm(p.detach(), dtype=torch.float32)) / math.sqrt(p.numel())
+            for p in model.parameters()
+            if p.requires_grad and p.dim() == 2 and p.numel() > 0
+        ]
     return statistics.median(values) if values else None
 
 
@@ -39,6 +43,8 @@ def step_size_warning(lr: float, weight_rms: float | None) -> str | None:
     step = relative_step(lr, weight_rms)
     if step <= LARGEST_SAFE_RELATIVE_STEP:
         return None
-    return (f"train.lr {lr:g} is a large step for this model: Adam moves each weight by about lr per update, "
-            f"{step:.1e} of its typical weight (median RMS {weight_rms:.3f}); above {LARGEST_SAFE_RELATIVE_STEP:g} "
-            f"both built-in models collapsed within a few updates. Try train.lr={suggested_lr(weight_rms):g}")
+    return (
+        f"train.lr {lr:g} is a large step for this model: Adam moves each weight by about lr per update, "
+        f"{step:.1e} of its typical weight (median RMS {weight_rms:.3f}); above {LARGEST_SAFE_RELATIVE_STEP:g} "
+        f"both built-in models collapsed within a few updates. Try train.lr={suggested_lr(weight_rms):g}"
+    )

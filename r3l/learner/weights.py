@@ -1,4 +1,5 @@
 """Policy weights as a plain name -> tensor mapping (LoRA merged in), for generators and resumes."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -19,8 +20,11 @@ def merged_state_dict(model) -> Iterator[Mapping[str, torch.Tensor]]:
         return
     model.merge_adapter()
     try:
-        state = {name.replace(".base_layer", ""): tensor
-                 for name, tensor in model.get_base_model().state_dict().items() if "lora_" not in name}
+        state = {
+            name.replace(".base_layer", ""): tensor
+            for name, tensor in model.get_base_model().state_dict().items()
+            if "lora_" not in name
+        }
         yield state
     finally:
         model.unmerge_adapter()
@@ -36,8 +40,10 @@ def load_weights(model, checkpoint: Path) -> None:
         state = load_file(str(path))
     except Exception as error:  # missing, truncated or not safetensors at all
         raise unreadable(path, error) from None
-    mismatch = ("was written for a different model; resume with the config saved in the run directory "
-                "(model, LoRA and dtype as they were)")
+    mismatch = (
+        "was written for a different model; resume with the config saved in the run directory "
+        "(model, LoRA and dtype as they were)"
+    )
     if lora:
         from peft import set_peft_model_state_dict
 

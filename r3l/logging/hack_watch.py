@@ -1,4 +1,5 @@
 """One line for `r3l report`: did the run's rewarded answers copy expressions out of their prompts?"""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,10 @@ def hack_watch_line(run_dir: Path) -> str | None:
     if not shares and not held_out:
         return None
     flagged = sum(1 for share in shares if share > 0)
-    parts = [f"{flagged} of {len(shares)} training steps rewarded an answer copied from its prompt"
-             + (f" (at most {max(shares):.1%} of a step's episodes)" if flagged else "")]
+    parts = [
+        f"{flagged} of {len(shares)} training steps rewarded an answer copied from its prompt"
+        + (f" (at most {max(shares):.1%} of a step's episodes)" if flagged else "")
+    ]
     if held_out:
         parts.append("held-out: " + ", ".join(f"{label} {count}" for label, count in held_out.items()))
     verdict = "WARNING, the verifier may be exploited" if flagged or any(held_out.values()) else "none seen"

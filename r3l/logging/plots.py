@@ -31,8 +31,14 @@ def _held_out(key: str) -> bool:
     return key.startswith("eval/")
 
 
-REFLECTION_KEYS = ("valid_report_rate", "retry_success", "retry_improvement_rate", "pivot_relative_mean",
-                   "pivot_zero_fraction", "retry_slots_unused")
+REFLECTION_KEYS = (
+    "valid_report_rate",
+    "retry_success",
+    "retry_improvement_rate",
+    "pivot_relative_mean",
+    "pivot_zero_fraction",
+    "retry_slots_unused",
+)
 
 
 def _update_key(key: str) -> bool:
@@ -44,8 +50,12 @@ def _update_key(key: str) -> bool:
 def _success_rate(key: str) -> bool:
     """A training success rate (not a count such as retry_successes, not the R3L retry panel's retry_success)."""
     tokens = _tokens(key)
-    return (not _held_out(key) and key not in REFLECTION_KEYS and bool(tokens)
-            and (tokens[-1] == "success" or tokens[-2:] == ["success", "rate"]))
+    return (
+        not _held_out(key)
+        and key not in REFLECTION_KEYS
+        and bool(tokens)
+        and (tokens[-1] == "success" or tokens[-2:] == ["success", "rate"])
+    )
 
 
 def _reward(key: str) -> bool:
@@ -75,39 +85,114 @@ class Panel:
 PANELS: list[Panel] = [
     Panel("reward", "training reward (sampled)", "mean reward", _reward),
     Panel("success", "training success (sampled)", "success rate", _success_rate, unit_range=True),
-    Panel("held_out", "held-out success (bars: 95% Wilson)", "held-out success", _held_out_success,
-          unit_range=True, smooth=False),
-    Panel("held_out_reward", "held-out mean reward", "mean reward",
-          lambda k: _held_out(k) and _tokens(k)[-1] == "reward", smooth=False),
-    Panel("zero_variance", "groups without a learning signal (all rewards equal)", "share of groups",
-          lambda k: k == "zero_variance_groups", unit_range=True),
+    Panel(
+        "held_out",
+        "held-out success (bars: 95% Wilson)",
+        "held-out success",
+        _held_out_success,
+        unit_range=True,
+        smooth=False,
+    ),
+    Panel(
+        "held_out_reward",
+        "held-out mean reward",
+        "mean reward",
+        lambda k: _held_out(k) and _tokens(k)[-1] == "reward",
+        smooth=False,
+    ),
+    Panel(
+        "zero_variance",
+        "groups without a learning signal (all rewards equal)",
+        "share of groups",
+        lambda k: k == "zero_variance_groups",
+        unit_range=True,
+    ),
     Panel("loss", "loss", "loss", lambda k: "loss" in k.lower(), update=True),
-    Panel("kl", "KL", "KL", lambda k: any(re.fullmatch(r"kl\d*", t) for t in _tokens(k)), hide_zero=True,
-          update=True),
-    Panel("clip_fraction", "clipped share of tokens", "share of tokens",
-          lambda k: k.endswith("clip_fraction"), hide_zero=True, update=True),
-    Panel("ratio", "importance ratio (new / old policy)", "ratio", lambda k: k.startswith("ratio_"), hide_one=True,
-          update=True),
+    Panel("kl", "KL", "KL", lambda k: any(re.fullmatch(r"kl\d*", t) for t in _tokens(k)), hide_zero=True, update=True),
+    Panel(
+        "clip_fraction",
+        "clipped share of tokens",
+        "share of tokens",
+        lambda k: k.endswith("clip_fraction"),
+        hide_zero=True,
+        update=True,
+    ),
+    Panel(
+        "ratio",
+        "importance ratio (new / old policy)",
+        "ratio",
+        lambda k: k.startswith("ratio_"),
+        hide_one=True,
+        update=True,
+    ),
     Panel("entropy", "entropy", "nats per token", lambda k: "entropy" in k.lower(), update=True),
-    Panel("tokens_per_s", "tokens/s", "tokens per second",
-          lambda k: any(s in k.lower() for s in ("tokens_per_s", "tokens/s", "tok_per_s")), robust_scale=True),
-    Panel("grad_norm", "grad norm", "gradient norm (before clipping)",
-          lambda k: any(s in k.lower() for s in ("grad_norm", "gradnorm", "grad/norm")), update=True),
-    Panel("lr", "learning rate", "learning rate", lambda k: "lr" in _tokens(k) or "learning_rate" in k.lower(),
-          smooth=False, from_zero=True),
-    Panel("response_length", "response length", "tokens",
-          lambda k: bool({"length", "len"} & set(_tokens(k))) or "response_len" in k.lower()),
-    Panel("seconds", "time per step", "seconds",
-          lambda k: k in ("step_seconds", "rollout_seconds", "train_seconds", "eval/seconds"), from_zero=True),
-    Panel("memory", "memory (resident set size of the trainer process)", "MiB",
-          lambda k: k in ("rss_mib", "peak_rss_mib"), smooth=False, from_zero=True),
+    Panel(
+        "tokens_per_s",
+        "tokens/s",
+        "tokens per second",
+        lambda k: any(s in k.lower() for s in ("tokens_per_s", "tokens/s", "tok_per_s")),
+        robust_scale=True,
+    ),
+    Panel(
+        "grad_norm",
+        "grad norm",
+        "gradient norm (before clipping)",
+        lambda k: any(s in k.lower() for s in ("grad_norm", "gradnorm", "grad/norm")),
+        update=True,
+    ),
+    Panel(
+        "lr",
+        "learning rate",
+        "learning rate",
+        lambda k: "lr" in _tokens(k) or "learning_rate" in k.lower(),
+        smooth=False,
+        from_zero=True,
+    ),
+    Panel(
+        "response_length",
+        "response length",
+        "tokens",
+        lambda k: bool({"length", "len"} & set(_tokens(k))) or "response_len" in k.lower(),
+    ),
+    Panel(
+        "seconds",
+        "time per step",
+        "seconds",
+        lambda k: k in ("step_seconds", "rollout_seconds", "train_seconds", "eval/seconds"),
+        from_zero=True,
+    ),
+    Panel(
+        "memory",
+        "memory (resident set size of the trainer process)",
+        "MiB",
+        lambda k: k in ("rss_mib", "peak_rss_mib"),
+        smooth=False,
+        from_zero=True,
+    ),
     Panel("reflection", "R3L: reports, retries, pivots", "rate / mean", lambda k: k in REFLECTION_KEYS),
-    Panel("termination", "how episodes ended", "share of episodes", lambda k: k.startswith("termination/"),
-          unit_range=True),
-    Panel("hack_watch", "reward-hacking watch: rewarded answers that copy the prompt", "share of episodes",
-          lambda k: k.endswith("hack/prompt_copies"), unit_range=True, smooth=False),
-    Panel("nonfinite", "non-finite updates (dropped), running count", "count", lambda k: k == "nonfinite_updates",
-          smooth=False, from_zero=True),
+    Panel(
+        "termination",
+        "how episodes ended",
+        "share of episodes",
+        lambda k: k.startswith("termination/"),
+        unit_range=True,
+    ),
+    Panel(
+        "hack_watch",
+        "reward-hacking watch: rewarded answers that copy the prompt",
+        "share of episodes",
+        lambda k: k.endswith("hack/prompt_copies"),
+        unit_range=True,
+        smooth=False,
+    ),
+    Panel(
+        "nonfinite",
+        "non-finite updates (dropped), running count",
+        "count",
+        lambda k: k == "nonfinite_updates",
+        smooth=False,
+        from_zero=True,
+    ),
 ]
 
 Series = dict[str, tuple[list[float], list[float]]]  # key -> (steps, values)
@@ -146,8 +231,11 @@ def no_update_steps(rows: list[dict]) -> dict[float, str]:
         if _eval_row(row) or _number(row.get("step")) is None:
             continue
         nonfinite = set(row.get("nonfinite") or [])
-        if (row.get("nonfinite_update") or nonfinite & {"loss", "grad_norm"}
-                or any(key in row and row[key] is None for key in ("loss", "grad_norm"))):
+        if (
+            row.get("nonfinite_update")
+            or nonfinite & {"loss", "grad_norm"}
+            or any(key in row and row[key] is None for key in ("loss", "grad_norm"))
+        ):
             out[float(row["step"])] = "dropped"
         elif row.get("skipped") or row.get("trained_tokens") == 0 or row.get("grad_norm") == 0:
             out[float(row["step"])] = "no signal"
@@ -172,9 +260,12 @@ def _series(rows: list[dict]) -> Series:
                 values.append(math.nan if value is None else float(value))
             elif key not in out:
                 steps = [float(r["step"]) for r in training]
-                values = [math.nan if (_number(r.get(key)) is None
-                                       or (_update_key(key) and float(r["step"]) in skipped))
-                          else float(r[key]) for r in training]
+                values = [
+                    math.nan
+                    if (_number(r.get(key)) is None or (_update_key(key) and float(r["step"]) in skipped))
+                    else float(r[key])
+                    for r in training
+                ]
                 out[key] = (steps, values)
     # keys that are only ever null carry nothing to draw; a loss or gradient norm of a run without a single update
     # is drawn all the same: an empty panel, shaded where the updates were dropped or had no signal
@@ -184,8 +275,7 @@ def _series(rows: list[dict]) -> Series:
 def same_series(series: Series, a: str, b: str) -> bool:
     """Whether two metrics logged the same value at every step (reward and success on a binary reward)."""
     (steps_a, values_a), (steps_b, values_b) = series[a], series[b]
-    return steps_a == steps_b and all((x == y) or (math.isnan(x) and math.isnan(y))
-                                      for x, y in zip(values_a, values_b))
+    return steps_a == steps_b and all((x == y) or (math.isnan(x) and math.isnan(y)) for x, y in zip(values_a, values_b))
 
 
 def smoothing_window(points: int) -> int:
@@ -201,7 +291,7 @@ def smooth(values: list[float], window: int) -> list[float]:
     half = window // 2
     out = []
     for i, value in enumerate(values):
-        near = [v for v in values[max(0, i - half): i + half + 1] if math.isfinite(v)]
+        near = [v for v in values[max(0, i - half) : i + half + 1] if math.isfinite(v)]
         out.append(sum(near) / len(near) if math.isfinite(value) else math.nan)
     return out
 
@@ -224,8 +314,11 @@ def held_out_intervals(records: list[dict]) -> dict[str, dict[float, tuple[float
         step = _number(record.get("step"))
         if step is None:
             continue
-        for key, part in (("eval/success", record), ("eval/success", record.get("first_try")),
-                          ("eval/second_try_success", record.get("second_try"))):
+        for key, part in (
+            ("eval/success", record),
+            ("eval/success", record.get("first_try")),
+            ("eval/second_try_success", record.get("second_try")),
+        ):
             interval = (part or {}).get("ci95")
             if isinstance(interval, list) and len(interval) == 2 and all(_number(v) is not None for v in interval):
                 out.setdefault(key, {})[step] = (float(interval[0]), float(interval[1]))
@@ -243,6 +336,7 @@ def run_name(run_dir: Path) -> str:
 @dataclass
 class RunInfo:
     """What the plots take from the run besides its metrics."""
+
     name: str = ""
     clip: tuple[float, float] | None = None  # the ratio's clip range
     grad_clip: float | None = None
@@ -272,8 +366,13 @@ def _read_run_info(run_dir: Path, rows: list[dict]) -> RunInfo:
         if isinstance(record, dict):
             records.append(record)
     grad_clip = _number((config.get("train") or {}).get("grad_clip"))
-    return RunInfo(run_name(run_dir), clip_range(config), grad_clip if grad_clip and grad_clip > 0 else None,
-                   held_out_intervals(records), no_update_steps(merged_rows(rows)))
+    return RunInfo(
+        run_name(run_dir),
+        clip_range(config),
+        grad_clip if grad_clip and grad_clip > 0 else None,
+        held_out_intervals(records),
+        no_update_steps(merged_rows(rows)),
+    )
 
 
 def _shade_no_update(ax: Any, no_update: dict[float, str]) -> list[Any]:
@@ -286,8 +385,15 @@ def _shade_no_update(ax: Any, no_update: dict[float, str]) -> list[Any]:
     return [Patch(color=colours[why], alpha=0.3, label=labels[why]) for why in sorted(set(no_update.values()))]
 
 
-def _draw(ax: Any, series: Series, keys: list[str], panel: Panel, legend_size: str = "small",
-          info: RunInfo | None = None, with_name: bool = True) -> None:
+def _draw(
+    ax: Any,
+    series: Series,
+    keys: list[str],
+    panel: Panel,
+    legend_size: str = "small",
+    info: RunInfo | None = None,
+    with_name: bool = True,
+) -> None:
     info = info or RunInfo()
     extra = []  # legend entries besides the metrics
     for index, key in enumerate(keys):
@@ -295,16 +401,28 @@ def _draw(ax: Any, series: Series, keys: list[str], panel: Panel, legend_size: s
         colour = f"C{index % 10}"
         if _held_out(key):  # a few greedy evaluations: points with their interval
             intervals = info.intervals.get(key, {})
-            error = [[v - intervals[s][0] if s in intervals else 0.0 for s, v in zip(steps, values)],
-                     [intervals[s][1] - v if s in intervals else 0.0 for s, v in zip(steps, values)]]
-            ax.errorbar(steps, values, yerr=error if intervals else None, label=key, linestyle="none", marker="D",
-                        markersize=6, color=colour, capsize=4)
+            error = [
+                [v - intervals[s][0] if s in intervals else 0.0 for s, v in zip(steps, values)],
+                [intervals[s][1] - v if s in intervals else 0.0 for s, v in zip(steps, values)],
+            ]
+            ax.errorbar(
+                steps,
+                values,
+                yerr=error if intervals else None,
+                label=key,
+                linestyle="none",
+                marker="D",
+                markersize=6,
+                color=colour,
+                capsize=4,
+            )
             if len(steps) >= 3 and panel.name == "held_out":  # evaluations during training: a real curve
                 ax.plot(steps, values, linestyle=":", color=colour, linewidth=1)
             for step, value in zip(steps, values):
                 if math.isfinite(value):
-                    ax.annotate(f"{value:.3f}", (step, value), textcoords="offset points", xytext=(5, 5),
-                                fontsize="x-small")
+                    ax.annotate(
+                        f"{value:.3f}", (step, value), textcoords="offset points", xytext=(5, 5), fontsize="x-small"
+                    )
             continue
         finite = sum(math.isfinite(v) for v in values)
         window = smoothing_window(finite) if panel.smooth else 1
@@ -339,10 +457,16 @@ def _draw(ax: Any, series: Series, keys: list[str], panel: Panel, legend_size: s
     ax.set_ylabel(panel.ylabel)
     ax.grid(True, alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
-    smoothed = any(panel.smooth and not _held_out(k) and smoothing_window(
-        sum(math.isfinite(v) for v in series[k][1])) > 1 for k in keys)
-    ax.legend(handles=handles + extra, fontsize=legend_size,
-              title="faint: per step; bold: moving average" if smoothed else None, title_fontsize=legend_size)
+    smoothed = any(
+        panel.smooth and not _held_out(k) and smoothing_window(sum(math.isfinite(v) for v in series[k][1])) > 1
+        for k in keys
+    )
+    ax.legend(
+        handles=handles + extra,
+        fontsize=legend_size,
+        title="faint: per step; bold: moving average" if smoothed else None,
+        title_fontsize=legend_size,
+    )
 
 
 def _line_entry(colour: str, style: str, label: str) -> Any:
@@ -373,9 +497,13 @@ def choose_panels(series: Series) -> tuple[list[tuple[Panel, list[str]]], dict[s
     chosen = []
     success_keys = sorted(k for k in series if _success_rate(k))
     for panel in PANELS:
-        keys = sorted(k for k in series if panel.matches(k)
-                      and not (panel.hide_zero and _all_equal(series, k, 0.0))
-                      and not (panel.hide_one and _all_equal(series, k, 1.0)))
+        keys = sorted(
+            k
+            for k in series
+            if panel.matches(k)
+            and not (panel.hide_zero and _all_equal(series, k, 0.0))
+            and not (panel.hide_one and _all_equal(series, k, 1.0))
+        )
         if panel.name in ("reward", "held_out_reward"):
             against = success_keys if panel.name == "reward" else sorted(k for k in series if _held_out_success(k))
             same = [k for k in keys if any(same_series(series, k, s) for s in against)]
@@ -445,8 +573,11 @@ def _render_bench(bench_path: Path, out_dir: Path) -> Path | None:
 
 def pivot_histogram(series: Series) -> dict[int, float]:
     """Retries per pivot (the step a retry restarted from), summed over the run's steps."""
-    counts = {int(key.split("/", 1)[1]): sum(v for v in values if math.isfinite(v))
-              for key, (_, values) in series.items() if key.startswith("pivot_count/")}
+    counts = {
+        int(key.split("/", 1)[1]): sum(v for v in values if math.isfinite(v))
+        for key, (_, values) in series.items()
+        if key.startswith("pivot_count/")
+    }
     return dict(sorted(counts.items()))
 
 
@@ -504,7 +635,7 @@ def render_report(run_dir: Path) -> list[Path]:
             axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
             for ax, (panel, keys) in zip(axes, available):
                 _draw(ax, series, keys, panel, legend_size="x-small", info=info, with_name=False)
-            for ax in axes[len(available):]:
+            for ax in axes[len(available) :]:
                 ax.set_visible(False)
             fig.suptitle(f"run {info.name}", fontsize="x-large")
             path = out_dir / "overview.png"

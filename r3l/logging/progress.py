@@ -78,8 +78,7 @@ class TrainProgress:
     `step 12/100 | reward 0.41 | success 0.25 | tok/s 1,534 | eta 3:12`.
     """
 
-    def __init__(self, total_steps: int, start_step: int = 0, enabled: bool = True,
-                 console: Console | None = None):
+    def __init__(self, total_steps: int, start_step: int = 0, enabled: bool = True, console: Console | None = None):
         self.total_steps = int(total_steps)
         self.start_step = int(start_step)
         self.console = console if console is not None else _shared_console
@@ -120,15 +119,12 @@ class TrainProgress:
             transient=False,
         )
         self._progress.start()
-        self._task = self._progress.add_task(
-            "train", total=self.total_steps, completed=self.start_step, summary=""
-        )
+        self._task = self._progress.add_task("train", total=self.total_steps, completed=self.start_step, summary="")
 
     def update(self, step: int, metrics: dict[str, Any]) -> None:
         """Record that `step` finished with these metrics."""
         if not self.live:
-            self.console.print(self.line(step, metrics), markup=False, highlight=False,
-                               soft_wrap=True)
+            self.console.print(self.line(step, metrics), markup=False, highlight=False, soft_wrap=True)
             return
         self._start()
         assert self._progress is not None

@@ -1,4 +1,5 @@
 """Load a policy and its tokenizer from an alias, a local path, a run directory or a hub id."""
+
 from __future__ import annotations
 
 import os
@@ -42,7 +43,7 @@ def check_model_name(name: str) -> Path | None:
     if name in ALIASES:
         return None
     if name.startswith(random_shape.PREFIX):
-        random_shape.shape_settings(name[len(random_shape.PREFIX):])
+        random_shape.shape_settings(name[len(random_shape.PREFIX) :])
         return None
     local = resolve_local_path(name)
     if local is None and not HUB_ID.fullmatch(name):
@@ -63,7 +64,7 @@ def load_policy(name: str, dtype: torch.dtype | None = None):
     if name in ALIASES:
         return ALIASES.get(name)(dtype)
     if name.startswith(random_shape.PREFIX):
-        return random_shape.load_random_shape(name[len(random_shape.PREFIX):], dtype)
+        return random_shape.load_random_shape(name[len(random_shape.PREFIX) :], dtype)
     if local is not None:
         return load_pretrained(str(local), dtype, local_only=True)
     return load_pretrained(name, dtype, local_only=os.environ.get("HF_HUB_OFFLINE") == "1")

@@ -1,4 +1,5 @@
 """Pass and read a KV cache across transformers versions (`cache` in 5.x, `past_key_values` before)."""
+
 from __future__ import annotations
 
 import inspect

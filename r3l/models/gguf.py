@@ -1,5 +1,6 @@
 """A GGUF file dequantised once into a plain trainable model, cached as safetensors under $R3L_CACHE
 (default ~/.cache/r3l/models/ALIAS), so later loads take about a second."""
+
 from __future__ import annotations
 
 import os

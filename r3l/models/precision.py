@@ -4,6 +4,7 @@ A GPU with bf16 support, or a CPU with AVX512-BF16 or AMX, computes bf16 nativel
 and on a CPU with AVX2 only (AMD EPYC, measured) bf16 generation was 5.5x slower than fp32 (20 held-out problems
 with SmolLM2-135M: 37.3 s against 6.8 s).
 """
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ Benchmarks use it to measure speed at a real model's size where its weights cann
 vocabulary is the embedded tokenizer's (49,152 rows), so that every sampled id decodes; the rest
 of the shape is the named model's.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,42 @@ PREFIX = "random:"
 
 # Published configurations (config.json of each model), vocabulary aside.
 SHAPES: dict[str, dict] = {
-    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                         rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                         num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
-                         rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
-    "llama-3.2-1b": dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
-                         rope_theta=500_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
+    "qwen2.5-0.5b": dict(
+        model_type="qwen2",
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-1.5b": dict(
+        model_type="qwen2",
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.2-1b": dict(
+        model_type="llama",
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=131072,
+        rope_theta=500_000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+    ),
 }
 
 
@@ -39,8 +67,10 @@ def shape_settings(spec: str) -> dict:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise UserError(f"random model '{spec}': not a known shape ({', '.join(sorted(SHAPES))}) and no config.json "
-                        "there; write e.g. model=random:qwen2.5-1.5b or model=random:path/to/config.json")
+        raise UserError(
+            f"random model '{spec}': not a known shape ({', '.join(sorted(SHAPES))}) and no config.json "
+            "there; write e.g. model=random:qwen2.5-1.5b or model=random:path/to/config.json"
+        )
     try:
         settings = json.loads(path.read_text())
     except ValueError as error:
@@ -59,8 +89,12 @@ def load_random_shape(spec: str, dtype: torch.dtype, seed: int = 0):
 
     settings = shape_settings(spec)
     tokenizer = load_embedded_tokenizer()
-    settings.update(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                    eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    settings.update(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     settings.pop("architectures", None)
     settings.pop("torch_dtype", None)
     settings.pop("dtype", None)

@@ -3,6 +3,7 @@
 Templates default to r3l/prompts/r3l_reflect.txt and r3l_guidance.txt; placeholders are filled by plain
 replacement, so braces in rules, logs or model text are left alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def environment_verdict(success: bool, reward: float) -> str:
     return f"{'success' if success else 'failure'} (reward {reward:g})"
 
 
-def format_trajectory_log(steps: Sequence[tuple[str, str | None, str]], final_feedback: str,
-                          rules: str = "", verdict: str | None = None) -> str:
+def format_trajectory_log(
+    steps: Sequence[tuple[str, str | None, str]], final_feedback: str, rules: str = "", verdict: str | None = None
+) -> str:
     """Readable log of an episode: one block per (observation, thought, action) step, then the feedback and,
     when given, the environment's verdict.
 
@@ -58,12 +60,21 @@ def format_trajectory_log(steps: Sequence[tuple[str, str | None, str]], final_fe
     return "\n\n".join(blocks)
 
 
-def reflection_prompt(steps: Sequence[tuple[str, str | None, str]], final_feedback: str, rules: str,
-                      template: str | None = None, verdict: str | None = None) -> str:
+def reflection_prompt(
+    steps: Sequence[tuple[str, str | None, str]],
+    final_feedback: str,
+    rules: str,
+    template: str | None = None,
+    verdict: str | None = None,
+) -> str:
     """The user message asking for a JSON report on this trajectory (template text, or the default)."""
     template = load_reflect_template() if template is None else template
-    return _fill(template, rules=rules.strip(), log=format_trajectory_log(steps, final_feedback, verdict=verdict),
-                 num_steps=str(len(steps)))
+    return _fill(
+        template,
+        rules=rules.strip(),
+        log=format_trajectory_log(steps, final_feedback, verdict=verdict),
+        num_steps=str(len(steps)),
+    )
 
 
 def build_guidance(report: Report, template: str | None = None) -> str:
@@ -71,7 +82,12 @@ def build_guidance(report: Report, template: str | None = None) -> str:
     if not report.improvement_suggestion:
         raise ValueError("guidance needs a report with an improvement_suggestion (a retry report)")
     template = load_guidance_template() if template is None else template
-    return _fill(template, report=json.dumps(asdict(report), indent=2, ensure_ascii=False),
-                 summary=report.trajectory_summary.strip(), outcome=report.trajectory_outcome,
-                 root_cause=report.root_cause_analysis.strip(), suggestion=report.improvement_suggestion.strip(),
-                 retry_from_step=str(report.retry_from_step))
+    return _fill(
+        template,
+        report=json.dumps(asdict(report), indent=2, ensure_ascii=False),
+        summary=report.trajectory_summary.strip(),
+        outcome=report.trajectory_outcome,
+        root_cause=report.root_cause_analysis.strip(),
+        suggestion=report.improvement_suggestion.strip(),
+        retry_from_step=str(report.retry_from_step),
+    )

@@ -1,4 +1,5 @@
 """Reflection prompt templates: package defaults in r3l/prompts/, replaceable by files named in the config."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,10 +31,12 @@ class ReflectionPrompts:
     include_feedback: bool = False
 
     @classmethod
-    def load(cls, reflect_path: str | None = None, retry_path: str | None = None,
-             include_feedback: bool = False) -> "ReflectionPrompts":
-        return cls(read_template(reflect_path, "r3_reflect.txt"), read_template(retry_path, "r3_retry.txt"),
-                   include_feedback)
+    def load(
+        cls, reflect_path: str | None = None, retry_path: str | None = None, include_feedback: bool = False
+    ) -> "ReflectionPrompts":
+        return cls(
+            read_template(reflect_path, "r3_reflect.txt"), read_template(retry_path, "r3_retry.txt"), include_feedback
+        )
 
     def retry_message(self, task_message: str, system_message: str | None = None) -> str:
         text = self.retry.replace("{system}", (system_message or "").strip()).replace("{task}", task_message.strip())

@@ -8,6 +8,7 @@ outcome exactly as written; text fields only present; a pivot an integer (docs/F
 Bad model output is expected: every failure raises `ReportError` with one of `REASON_CODES`, which
 callers count (`ReportStats`) instead of crashing. Nothing here ever evaluates model text.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ from typing import Any, Callable, Iterable
 
 from r3l.registry import Registry
 
-REPORT_KEYS = ("trajectory_summary", "root_cause_analysis", "trajectory_outcome",
-               "improvement_suggestion", "retry_from_step")
+REPORT_KEYS = (
+    "trajectory_summary",
+    "root_cause_analysis",
+    "trajectory_outcome",
+    "improvement_suggestion",
+    "retry_from_step",
+)
 REQUIRED_KEYS = REPORT_KEYS[:3]
 RETRY_KEYS = REPORT_KEYS[3:]
 OUTCOMES = ("success", "success_but_inefficient", "failure")
@@ -103,7 +109,7 @@ def extract_json_object(text: str) -> dict[str, Any]:
     spans = _top_level_spans(text)
     for start, end in reversed(spans):
         try:
-            value = json.loads(text[start:end + 1], strict=False)
+            value = json.loads(text[start : end + 1], strict=False)
         except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
             continue
         if isinstance(value, dict):
@@ -172,12 +178,13 @@ def parse_report_reference(text: str, num_steps: int) -> Report:
     if len(text) > MAX_CHARS:
         raise ReportError("too_long", f"reflection is {len(text)} characters, the limit is {MAX_CHARS}")
     first, last = text.find("{"), text.rfind("}")
-    body = text[first:last + 1] if 0 <= first < last else text
+    body = text[first : last + 1] if 0 <= first < last else text
     try:
         obj = json.loads(body)
     except (ValueError, RecursionError):
-        raise ReportError("invalid_json" if "{" in text else "no_json", "no JSON object from the first '{' to "
-                          "the last '}'") from None
+        raise ReportError(
+            "invalid_json" if "{" in text else "no_json", "no JSON object from the first '{' to the last '}'"
+        ) from None
     if not isinstance(obj, dict):
         raise ReportError("not_object", f"expected a JSON object, got a JSON {type(obj).__name__}")
     for key in REQUIRED_KEYS:
@@ -191,8 +198,9 @@ def parse_report_reference(text: str, num_steps: int) -> Report:
         raise ReportError("bad_outcome", f"trajectory_outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
     step = obj.get("retry_from_step")
     if suggestion is None or step is None:
-        raise ReportError("missing_key", "a report that asks for a retry needs improvement_suggestion and "
-                          "retry_from_step")
+        raise ReportError(
+            "missing_key", "a report that asks for a retry needs improvement_suggestion and retry_from_step"
+        )
     if isinstance(step, bool) or not isinstance(step, int):
         raise ReportError("bad_step", f"retry_from_step must be an integer, got {step!r}")
     if not 0 <= step < num_steps:
@@ -253,7 +261,10 @@ class ReportStats:
         total = self.total
         rate = (lambda n: n / total) if total else (lambda n: 0.0)
         invalid = rate(sum(self.invalid.values()))
-        out = {"report_count": float(total), "invalid_report_rate": invalid,
-               "valid_report_rate": 1.0 - invalid if total else 0.0}
+        out = {
+            "report_count": float(total),
+            "invalid_report_rate": invalid,
+            "valid_report_rate": 1.0 - invalid if total else 0.0,
+        }
         out.update({f"invalid_report/{code}": rate(self.invalid[code]) for code in REASON_CODES})
         return out

@@ -1,5 +1,6 @@
 """The JSON schema of R3L's reflection report for one trajectory: the constraint a structured reflection is
 decoded under (every key, the outcome one of its three words, the retry step an integer inside the episode)."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ def fitting_field_chars(wanted: int, max_new_tokens: int) -> int:
 def report_schema(num_steps: int, max_chars: int) -> dict:
     """Every report this schema admits parses (`parse_report`) for a trajectory of `num_steps` steps."""
     # starts with a visible character (a blank field does not parse), no escapes, at most max_chars characters
-    text = {"type": "string", "pattern": f"^[^\\s\"\\\\\\x00-\\x1f][^\"\\\\\\x00-\\x1f]{{0,{max_chars - 1}}}$"}
+    text = {"type": "string", "pattern": f'^[^\\s"\\\\\\x00-\\x1f][^"\\\\\\x00-\\x1f]{{0,{max_chars - 1}}}$'}
     properties = {
         "trajectory_summary": text,
         "root_cause_analysis": text,
@@ -28,8 +29,12 @@ def report_schema(num_steps: int, max_chars: int) -> dict:
         "improvement_suggestion": text,
         "retry_from_step": {"type": "integer", "minimum": 0, "maximum": max(num_steps, 1) - 1},
     }
-    return {"type": "object", "properties": {key: properties[key] for key in REPORT_KEYS},
-            "required": list(REPORT_KEYS), "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {key: properties[key] for key in REPORT_KEYS},
+        "required": list(REPORT_KEYS),
+        "additionalProperties": False,
+    }
 
 
 def report_constraint(num_steps: int, max_chars: int) -> Constraint:

@@ -1,4 +1,5 @@
 """First attempts and the reflect-then-retry step, as token-exact conversations (used by R3 and by eval)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,13 +49,21 @@ def as_attempt(trajectory: Trajectory) -> Attempt:
     return Attempt(trajectory.task, conversation, trajectory.steps[0].completion, verdict, trajectory.copied_prompt)
 
 
-def first_attempts(tasks: Sequence[Task], make_env: Callable[[], Env], generator: Generator, tokenizer,
-                   params: SamplingParams, prompt_format: PromptFormat, n: int = 1,
-                   limits: AgentLimits = AgentLimits()) -> list[list[Attempt]]:
+def first_attempts(
+    tasks: Sequence[Task],
+    make_env: Callable[[], Env],
+    generator: Generator,
+    tokenizer,
+    params: SamplingParams,
+    prompt_format: PromptFormat,
+    n: int = 1,
+    limits: AgentLimits = AgentLimits(),
+) -> list[list[Attempt]]:
     """`n` attempts at each task (one prefill per task), as lists in task order."""
     played = EpisodeRunner(make_env, generator, tokenizer, prompt_format, limits).run(
-        [EpisodeStart(task) for task in tasks for _ in range(n)], params)
-    return [[as_attempt(trajectory) for trajectory in played[i * n:(i + 1) * n]] for i in range(len(tasks))]
+        [EpisodeStart(task) for task in tasks for _ in range(n)], params
+    )
+    return [[as_attempt(trajectory) for trajectory in played[i * n : (i + 1) * n]] for i in range(len(tasks))]
 
 
 def question_of(attempt: Attempt) -> tuple[str, str | None]:
@@ -64,10 +73,17 @@ def question_of(attempt: Attempt) -> tuple[str, str | None]:
     return task, messages[0]["content"] if messages[0]["role"] == "system" else None
 
 
-def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], generator: Generator,
-                      prompts: ReflectionPrompts, reflect_params: SamplingParams, retry_params: SamplingParams,
-                      n_reflections: int, train_second_attempt: bool = False,
-                      limits: AgentLimits = AgentLimits()) -> list[list[Retry]]:
+def reflect_and_retry(
+    failures: Sequence[Attempt],
+    make_env: Callable[[], Env],
+    generator: Generator,
+    prompts: ReflectionPrompts,
+    reflect_params: SamplingParams,
+    retry_params: SamplingParams,
+    n_reflections: int,
+    train_second_attempt: bool = False,
+    limits: AgentLimits = AgentLimits(),
+) -> list[list[Retry]]:
     """`n_reflections` reflections per failure, each followed by one second attempt (under the environment's
     reply grammar when `limits.structured` is set; reflections are free text)."""
     asking = []
@@ -98,6 +114,15 @@ def reflect_and_retry(failures: Sequence[Attempt], make_env: Callable[[], Env], 
         second_span = conversation.add_assistant(second, trained=train_second_attempt)
         verdict = judge(env, failure.task, second.text)
         results[position[id(failure)]].append(
-            Retry(failure, conversation, reflection, span, second, second_span, verdict,
-                  watched_copy(env, failure.task.prompt, second.text)))
+            Retry(
+                failure,
+                conversation,
+                reflection,
+                span,
+                second,
+                second_span,
+                verdict,
+                watched_copy(env, failure.task.prompt, second.text),
+            )
+        )
     return results

@@ -1,4 +1,5 @@
 """Turn a task's message into prompt token ids: system prompt, example turns, chat template."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

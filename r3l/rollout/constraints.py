@@ -6,6 +6,7 @@ constrain alike. A constrained completion keeps the allowed-token bitmask of eve
 (`TokenMasks`, rows deduplicated), and the learner masks its logits with the same bitmasks: the log-probability
 trained is the one the token was sampled with, log p(token | allowed) = logit - logsumexp(allowed logits).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -93,8 +94,9 @@ def constrain_logits(logits: torch.Tensor, index: torch.Tensor, table: torch.Ten
     return logits.masked_fill(~allowed, MASKED_LOGIT)
 
 
-def stack_masks(spans: Sequence[tuple[int, int, TokenMasks]], shape: tuple[int, int]
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def stack_masks(
+    spans: Sequence[tuple[int, int, TokenMasks]], shape: tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(index [B, T], table [U, W]) for a batch: `spans` are (row, offset, masks) with `offset` the batch column
     of the masks' position 0; index -1 where nothing was constrained."""
     index = torch.full(shape, -1, dtype=torch.long)

@@ -4,6 +4,7 @@ Nothing is ever re-tokenised: the tokens of each assistant turn are the sampled 
 the chat template puts between turns is tokenised on its own when a user turn is added.
 `drift()` compares the result with a fresh tokenisation of the whole conversation.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,9 +39,17 @@ class TokenConversation:
         return cls(tokenizer, list(messages), tokens, [0.0] * len(tokens), [0] * len(tokens))
 
     def copy(self) -> "TokenConversation":
-        return TokenConversation(self.tokenizer, copy.deepcopy(self.messages), list(self.tokens), list(self.logprobs),
-                                 list(self.loss_mask), list(self.turn_spans), list(self.allowed), self._open_end,
-                                 list(self._turn_ends))
+        return TokenConversation(
+            self.tokenizer,
+            copy.deepcopy(self.messages),
+            list(self.tokens),
+            list(self.logprobs),
+            list(self.loss_mask),
+            list(self.turn_spans),
+            list(self.allowed),
+            self._open_end,
+            list(self._turn_ends),
+        )
 
     def before_turn(self, turn: int) -> "TokenConversation":
         """A copy cut just before assistant turn `turn` (0-based): every token up to that turn's first one,
@@ -49,9 +58,17 @@ class TokenConversation:
             raise IndexError(f"turn {turn} is outside [0, {len(self.turn_spans)})")
         cut = self.turn_spans[turn][0]
         messages = self._turn_ends[turn][0] - 1
-        return TokenConversation(self.tokenizer, copy.deepcopy(self.messages[:messages]), self.tokens[:cut],
-                                 self.logprobs[:cut], self.loss_mask[:cut], list(self.turn_spans[:turn]),
-                                 self._allowed_before(cut), "", list(self._turn_ends[:turn]))
+        return TokenConversation(
+            self.tokenizer,
+            copy.deepcopy(self.messages[:messages]),
+            self.tokens[:cut],
+            self.logprobs[:cut],
+            self.loss_mask[:cut],
+            list(self.turn_spans[:turn]),
+            self._allowed_before(cut),
+            "",
+            list(self._turn_ends[:turn]),
+        )
 
     def after_turn(self, turn: int) -> "TokenConversation":
         """A copy cut right after assistant turn `turn` (0-based), ready for `add_user`."""
@@ -59,9 +76,17 @@ class TokenConversation:
             raise IndexError(f"turn {turn} is outside [0, {len(self.turn_spans)})")
         cut = self.turn_spans[turn][1]
         messages, open_end = self._turn_ends[turn]
-        return TokenConversation(self.tokenizer, copy.deepcopy(self.messages[:messages]), self.tokens[:cut],
-                                 self.logprobs[:cut], self.loss_mask[:cut], list(self.turn_spans[:turn + 1]),
-                                 self._allowed_before(cut), open_end, list(self._turn_ends[:turn + 1]))
+        return TokenConversation(
+            self.tokenizer,
+            copy.deepcopy(self.messages[:messages]),
+            self.tokens[:cut],
+            self.logprobs[:cut],
+            self.loss_mask[:cut],
+            list(self.turn_spans[: turn + 1]),
+            self._allowed_before(cut),
+            open_end,
+            list(self._turn_ends[: turn + 1]),
+        )
 
     def _allowed_before(self, cut: int) -> list[tuple[int, TokenMasks]]:
         return [(start, masks) for start, masks in self.allowed if start < cut]
@@ -93,7 +118,7 @@ class TokenConversation:
         after = self._render(self.messages, generation_prompt=True)
         if not after.startswith(before):
             raise ValueError("the chat template does not render conversations prefix-stably")
-        bridge = self._open_end + after[len(before):]
+        bridge = self._open_end + after[len(before) :]
         ids = self.tokenizer(bridge, add_special_tokens=False)["input_ids"]
         self.tokens += ids
         self.logprobs += [0.0] * len(ids)
@@ -102,8 +127,10 @@ class TokenConversation:
 
     def drift(self) -> int:
         """Positions where these tokens differ from a fresh tokenisation of the conversation text (0 = exact)."""
-        fresh = self.tokenizer(self._render(self.messages, generation_prompt=self.messages[-1]["role"] != "assistant"),
-                               add_special_tokens=False)["input_ids"]
+        fresh = self.tokenizer(
+            self._render(self.messages, generation_prompt=self.messages[-1]["role"] != "assistant"),
+            add_special_tokens=False,
+        )["input_ids"]
         own = self.tokens
         if self.messages[-1]["role"] == "assistant" and self._open_end:
             own = own + self.tokenizer(self._open_end, add_special_tokens=False)["input_ids"]
@@ -116,7 +143,9 @@ class TokenConversation:
         """What the template writes after an assistant message's content, less what was generated."""
         probe = self.messages[:-1] + [{"role": "assistant", "content": _SENTINEL}]
         tail = self._render(probe, generation_prompt=False).split(_SENTINEL, 1)[1]
-        generated_end = self.tokenizer.decode(completion.tokens[-1:], skip_special_tokens=False) if completion.tokens else ""
+        generated_end = (
+            self.tokenizer.decode(completion.tokens[-1:], skip_special_tokens=False) if completion.tokens else ""
+        )
         if completion.finish_reason == "stop" and generated_end and tail.startswith(generated_end):
-            return tail[len(generated_end):]
+            return tail[len(generated_end) :]
         return tail

@@ -1,4 +1,5 @@
 """The generator protocol: token ids in, sampled token ids and their log-probabilities out."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -39,8 +40,9 @@ def unconstrained(constraints: Constraints) -> bool:
 
 class Generator(ABC):
     @abstractmethod
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1,
-                 constraints: Constraints = None) -> list[list[Completion]]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1, constraints: Constraints = None
+    ) -> list[list[Completion]]:
         """`n` completions for each prompt, as one list per prompt; `constraints` (one per prompt, None for
         a free prompt) limits what each prompt's completions may be (structured decoding)."""
 

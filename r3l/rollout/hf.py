@@ -1,4 +1,5 @@
 """Batched sampling with a KV cache on a transformers causal LM, dropping finished rows as it goes."""
+
 from __future__ import annotations
 
 import copy
@@ -58,8 +59,9 @@ def stop_token_ids(model, tokenizer) -> set[int]:
 class HFGenerator(Generator):
     """Samples from its own copy of the policy, in `dtype` (bf16 is fastest on CPUs with AMX/AVX512-BF16)."""
 
-    def __init__(self, model, tokenizer, dtype: torch.dtype = torch.bfloat16, prefill_chunk: int = 64,
-                 decode: str = "dynamic"):
+    def __init__(
+        self, model, tokenizer, dtype: torch.dtype = torch.bfloat16, prefill_chunk: int = 64, decode: str = "dynamic"
+    ):
         if decode not in DECODE_MODES:
             raise ValueError(f"decode must be one of {DECODE_MODES}, not {decode!r}")
         self.tokenizer = tokenizer
@@ -70,9 +72,17 @@ class HFGenerator(Generator):
         self.stop_token_ids = stop_token_ids(model, tokenizer)
         self.static = StaticDecoder(self.model, compiled=decode == "compiled") if decode != "dynamic" else None
         self._constrainer: Constrainer | None = None
-        self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "prefill_positions": 0, "prefill_seconds": 0.0,
-                       "decode_steps": 0, "decode_rows": 0, "decode_kv_positions": 0, "decode_seconds": 0.0,
-                       "constraint_breaks": 0}
+        self._stats = {
+            "generated_tokens": 0,
+            "generate_seconds": 0.0,
+            "prefill_positions": 0,
+            "prefill_seconds": 0.0,
+            "decode_steps": 0,
+            "decode_rows": 0,
+            "decode_kv_positions": 0,
+            "decode_seconds": 0.0,
+            "constraint_breaks": 0,
+        }
 
     def sync_weights(self, state_dict) -> None:
         own = self.model.state_dict()
@@ -93,21 +103,28 @@ class HFGenerator(Generator):
             self._constrainer = Constrainer(self.tokenizer, self.model.get_output_embeddings().weight.shape[0])
         return self._constrainer
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1,
-                 constraints: Constraints = None) -> list[list[Completion]]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1, constraints: Constraints = None
+    ) -> list[list[Completion]]:
         start = time.perf_counter()
         seeds = row_seeds(params.seed, prompts, n)
         free = unconstrained(constraints)
         results: list[list[Completion]] = [[] for _ in prompts]
         for first in range(0, len(prompts), self.prefill_chunk):
-            chunk = list(prompts[first:first + self.prefill_chunk])
-            draws = RowDraws(seeds[first * n:(first + self.prefill_chunk) * n], self.device)
+            chunk = list(prompts[first : first + self.prefill_chunk])
+            draws = RowDraws(seeds[first * n : (first + self.prefill_chunk) * n], self.device)
             if free and self.static is not None:  # the static cache decodes free text only
                 pieces = self._generate_chunk_static(chunk, params, n, draws)
             else:
-                followers = None if free else [
-                    None if c is None else self.constrainer.follower(c)
-                    for c in constraints[first:first + self.prefill_chunk] for _ in range(n)]
+                followers = (
+                    None
+                    if free
+                    else [
+                        None if c is None else self.constrainer.follower(c)
+                        for c in constraints[first : first + self.prefill_chunk]
+                        for _ in range(n)
+                    ]
+                )
                 pieces = self._generate_chunk(chunk, params, n, draws, followers)
             for row, completion in pieces:
                 results[first + row // n].append(completion)
@@ -127,20 +144,22 @@ class HFGenerator(Generator):
         return logits
 
     @torch.inference_mode()
-    def _generate_chunk(self, prompts, params: SamplingParams, n: int, draws: RowDraws,
-                        followers: list[Follower | None] | None = None):
+    def _generate_chunk(
+        self, prompts, params: SamplingParams, n: int, draws: RowDraws, followers: list[Follower | None] | None = None
+    ):
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
-            attention[row, width - len(prompt):] = 1
+            input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+            attention[row, width - len(prompt) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         started = time.perf_counter()
-        output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                            use_cache=True, logits_to_keep=1)
+        output = self.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
         cache = cache_of(output)
         logits = output.logits[:, -1, :]
         if n > 1:
@@ -180,8 +199,13 @@ class HFGenerator(Generator):
                 rows, chosen = rows[keep_index], chosen[keep_index]
                 attention, next_position = attention[keep_index], next_position[keep_index]
             attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long, device=self.device)], dim=1)
-            output = self.model(input_ids=chosen[:, None], attention_mask=attention,
-                                position_ids=next_position[:, None], use_cache=True, **with_cache(self.model, cache))
+            output = self.model(
+                input_ids=chosen[:, None],
+                attention_mask=attention,
+                position_ids=next_position[:, None],
+                use_cache=True,
+                **with_cache(self.model, cache),
+            )
             cache = cache_of(output)
             logits = output.logits[:, -1, :]
             next_position = next_position + 1
@@ -197,8 +221,15 @@ class HFGenerator(Generator):
 
     def _generate_chunk_static(self, prompts, params: SamplingParams, n: int, draws: RowDraws):
         stop = params.stop
-        result = self.static.run(prompts, n, self.tokenizer.pad_token_id, params, sample_next, draws,
-                                 lambda tokens: tokens[-1] in self.stop_token_ids or self._hit_stop_string(tokens, stop))
+        result = self.static.run(
+            prompts,
+            n,
+            self.tokenizer.pad_token_id,
+            params,
+            sample_next,
+            draws,
+            lambda tokens: tokens[-1] in self.stop_token_ids or self._hit_stop_string(tokens, stop),
+        )
         for key, value in result.counters.items():
             self._stats[key] += value
         yield from self._completions(result.tokens, result.logprobs, result.finished)

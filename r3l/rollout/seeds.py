@@ -6,6 +6,7 @@ and how many rows of that same prompt came before it in the call, so "prompt P t
 duplicates come and go), and a batch split into shards (rollout workers) samples exactly what the whole
 batch would.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,6 +44,8 @@ class RowDraws:
 
     def uniform(self, rows: Sequence[int]) -> torch.Tensor:
         """One draw in [0, 1) for each of `rows`, shape [len(rows), 1], on the batch's device."""
-        values = [torch.rand(1, generator=self.generators[row]) if self.generators[row] is not None
-                  else torch.rand(1) for row in rows]
+        values = [
+            torch.rand(1, generator=self.generators[row]) if self.generators[row] is not None else torch.rand(1)
+            for row in rows
+        ]
         return torch.cat(values).to(self.device)[:, None]

@@ -4,6 +4,7 @@ compiled with torch.compile (captured as a CUDA graph on a GPU) instead of launc
 Rows are not dropped when they finish (that would change shapes); the batch is padded to a power of two and
 the cache length to a power of two, so a run compiles a handful of shapes, not one per call.
 """
+
 from __future__ import annotations
 
 import time
@@ -51,13 +52,26 @@ class StaticDecoder:
         self._caches: dict[tuple[int, int], object] = {}  # one per shape: a CUDA graph replays fixed addresses
 
     def _logits(self, input_ids, attention_mask, position_ids, cache):
-        output = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=True, **{self._cache_argument: cache})
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            **{self._cache_argument: cache},
+        )
         return output.logits[:, -1, :]
 
     @torch.no_grad()
-    def run(self, prompts: Sequence[Sequence[int]], n: int, pad: int, params: SamplingParams,
-            sample: Callable, draws, is_stop: Callable[[list[int]], bool]) -> DecodeResult:
+    def run(
+        self,
+        prompts: Sequence[Sequence[int]],
+        n: int,
+        pad: int,
+        params: SamplingParams,
+        sample: Callable,
+        draws,
+        is_stop: Callable[[list[int]], bool],
+    ) -> DecodeResult:
         from transformers import StaticCache
 
         started = time.perf_counter()
@@ -68,8 +82,8 @@ class StaticDecoder:
         attention = torch.zeros((slots, length), dtype=torch.long)
         for slot in range(slots):  # spare slots repeat the last prompt: their output is never read
             prompt = list(prompts[min(slot // n, len(prompts) - 1)])
-            input_ids[slot, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-            attention[slot, width - len(prompt):width] = 1
+            input_ids[slot, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention[slot, width - len(prompt) : width] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
         cache = self._caches.get((slots, length))
@@ -77,11 +91,25 @@ class StaticDecoder:
             cache = self._caches[(slots, length)] = StaticCache(config=self.model.config, max_cache_len=length)
         else:
             cache.reset()
-        logits = self.model(input_ids=input_ids, attention_mask=attention[:, :width], position_ids=positions,
-                            use_cache=True, logits_to_keep=1, **with_cache(self.model, cache)).logits[:, -1, :]
-        result = DecodeResult([[] for _ in range(rows)], [[] for _ in range(rows)],
-                              counters={"prefill_positions": slots * width, "decode_steps": 0, "decode_rows": 0,
-                                        "decode_kv_positions": 0, "prefill_seconds": time.perf_counter() - started})
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=attention[:, :width],
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **with_cache(self.model, cache),
+        ).logits[:, -1, :]
+        result = DecodeResult(
+            [[] for _ in range(rows)],
+            [[] for _ in range(rows)],
+            counters={
+                "prefill_positions": slots * width,
+                "decode_steps": 0,
+                "decode_rows": 0,
+                "decode_kv_positions": 0,
+                "prefill_seconds": time.perf_counter() - started,
+            },
+        )
         started = time.perf_counter()
         next_position = positions[:, -1:] + 1
         feed = torch.full((slots, 1), pad, dtype=torch.long, device=device)

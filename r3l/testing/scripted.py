@@ -10,6 +10,7 @@ same one twice in a row; asked for an R3L report it writes a valid JSON report w
 from the trajectory's steps (outcome "success" or, for half the longer ones, "success_but_inefficient" when the
 log's final feedback says the task was completed).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,17 +47,27 @@ def report_for(log_prompt: str, draw: float) -> str:
     steps = int(found.group(1)) if found else 1
     completed = log_prompt.rsplit("Final feedback:", 1)[-1].strip().lower().startswith("task completed")
     if completed and (steps <= 1 or draw < 0.5):  # half the longer successes are judged inefficient
-        return json.dumps({"trajectory_summary": "The agent completed the task.", "root_cause_analysis":
-                           "Every step moved toward the goal.", "trajectory_outcome": "success",
-                           "improvement_suggestion": None, "retry_from_step": None})
+        return json.dumps(
+            {
+                "trajectory_summary": "The agent completed the task.",
+                "root_cause_analysis": "Every step moved toward the goal.",
+                "trajectory_outcome": "success",
+                "improvement_suggestion": None,
+                "retry_from_step": None,
+            }
+        )
     outcome = "success_but_inefficient" if completed else "failure"
     pivot = min(steps - 1, int(draw * steps))
-    return json.dumps({"trajectory_summary": f"The agent took {steps} steps without reaching the goal.",
-                       "root_cause_analysis": f"At step {pivot} the agent chose an action that did not help.",
-                       "trajectory_outcome": outcome,
-                       "improvement_suggestion": f"From step {pivot}, try a different action that explores "
-                                                 "unvisited places or uses the task's objects.",
-                       "retry_from_step": pivot})
+    return json.dumps(
+        {
+            "trajectory_summary": f"The agent took {steps} steps without reaching the goal.",
+            "root_cause_analysis": f"At step {pivot} the agent chose an action that did not help.",
+            "trajectory_outcome": outcome,
+            "improvement_suggestion": f"From step {pivot}, try a different action that explores "
+            "unvisited places or uses the task's objects.",
+            "retry_from_step": pivot,
+        }
+    )
 
 
 def game_action(last_user: str, previous: str | None, draw: float) -> str:
@@ -113,15 +124,22 @@ def coin(*parts: object) -> float:
 
 @GENERATORS.register("scripted")
 class ScriptedGenerator(HFGenerator):
-    def __init__(self, model, tokenizer, dtype: torch.dtype = torch.float32, prefill_chunk: int = 64,
-                 success_rate: float = 0.5, first_success_rate: float = 0.0):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        dtype: torch.dtype = torch.float32,
+        prefill_chunk: int = 64,
+        success_rate: float = 0.5,
+        first_success_rate: float = 0.0,
+    ):
         super().__init__(model, tokenizer, dtype=dtype, prefill_chunk=prefill_chunk)
         self.success_rate = success_rate
         self.first_success_rate = first_success_rate
 
     def script(self, prompt_text: str, sample: int, seed: int | None, max_new_tokens: int = 10**6) -> str:
         turns = [t for t in re.split(r"<\|im_start\|>|<\|im_end\|>", prompt_text) if t.strip()]
-        users = [t[len("user"):].strip() for t in turns if t.startswith("user")]
+        users = [t[len("user") :].strip() for t in turns if t.startswith("user")]
         last = users[-1].lower() if users else prompt_text.lower()
         first_question = users[0] if users else prompt_text
         game = any(t.startswith("system") and GAME_MARKER in t for t in turns)
@@ -129,8 +147,11 @@ class ScriptedGenerator(HFGenerator):
             return report_for(users[-1], coin("report", prompt_text, sample, seed))
         if game:
             played = re.findall(r"<action>(.*?)</action>", "".join(t for t in turns if t.startswith("assistant")))
-            action = game_action(users[-1] if users else "", played[-1].strip() if played else None,
-                                 coin("act", prompt_text, sample, seed))
+            action = game_action(
+                users[-1] if users else "",
+                played[-1].strip() if played else None,
+                coin("act", prompt_text, sample, seed),
+            )
             reply = f"<think>I will try: {action}.</think><action>{action}</action>"
             if len(self.tokenizer(reply, add_special_tokens=False)["input_ids"]) >= max_new_tokens:
                 reply = f"<action>{action}</action>"  # the thought does not fit the reply budget
@@ -153,15 +174,17 @@ class ScriptedGenerator(HFGenerator):
 
         decoder, head = split_head(self.model)
         if decoder is None:
-            return self.model(input_ids=ids).logits[:, prompt_length - 1:-1]
+            return self.model(input_ids=ids).logits[:, prompt_length - 1 : -1]
         hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
-        return head(hidden[:, prompt_length - 1:-1])
+        return head(hidden[:, prompt_length - 1 : -1])
 
     @torch.inference_mode()
     def generate(self, prompts, params: SamplingParams, n: int = 1, constraints=None) -> list[list[Completion]]:
         if not unconstrained(constraints):
-            raise UserError("the scripted generator writes its script's text and cannot follow structured-decoding "
-                            "constraints; use generator=hf or turn the structured switches off")
+            raise UserError(
+                "the scripted generator writes its script's text and cannot follow structured-decoding "
+                "constraints; use generator=hf or turn the structured switches off"
+            )
         results = []
         seeds = iter(row_seeds(params.seed, prompts, n))  # a row's script depends on its prompt, not its batch
         temperature = params.temperature if params.temperature > 0 else 1.0
@@ -175,7 +198,9 @@ class ScriptedGenerator(HFGenerator):
                 tokens = tokens + [self.tokenizer.eos_token_id]
                 ids = torch.tensor([list(prompt) + tokens], device=self.device)
                 logits = self._reply_logits(ids, len(prompt))
-                logprobs = token_logprobs(logits, ids[:, len(prompt):], temperature)[0].tolist()
-                group.append(Completion(tokens, logprobs, self.tokenizer.decode(tokens, skip_special_tokens=True), "stop"))
+                logprobs = token_logprobs(logits, ids[:, len(prompt) :], temperature)[0].tolist()
+                group.append(
+                    Completion(tokens, logprobs, self.tokenizer.decode(tokens, skip_special_tokens=True), "stop")
+                )
             results.append(group)
         return results
