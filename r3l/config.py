@@ -50,12 +50,27 @@ class Message(Section):
     content: str
 
 
+def _env_shorthand(value: Any) -> Any:
+    """`env=NAME` as for the other sections, and `env=NAME:ID` for `env.name=NAME env.args.id=ID` (gym:FrozenLake-v1,
+    textarena:Mastermind-v0; the split is at the first colon)."""
+    value = _name_shorthand(value)
+    if not (isinstance(value, dict) and isinstance(value.get("name"), str) and ":" in value["name"]):
+        return value
+    name, _, game = value["name"].partition(":")
+    args = value.get("args") or {}
+    if not isinstance(args, dict) or args.get("id", game) != game:
+        raise ValueError(
+            f"env '{value['name']}' names the game '{game}' but env.args.id is {args.get('id')!r}; give the game once"
+        )
+    return {**value, "name": name, "args": {**args, "id": game}}
+
+
 class EnvConfig(Section):
     name: str = "arithmetic"
     args: dict[str, Any] = {}
     system_prompt: str | None = Field(None, description="replaces the environment's own system prompt")
     few_shot: list[Message] = Field([], description="example turns placed before each task's first message")
-    _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
+    _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _env_shorthand(v)))
 
 
 class GeneratorConfig(Section):

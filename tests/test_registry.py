@@ -22,7 +22,8 @@ def test_the_packages_find_their_own_modules():
     from r3l.rollout.generator import GENERATORS
 
     assert {name for name, _ in available()} == {"alfworld", "arithmetic", "countdown", "dataset", "function_calling",
-                                                  "gsm", "math", "scienceworld", "textworld_express", "webshop"}
+                                                  "gsm", "gym", "math", "scienceworld", "textarena",
+                                                  "textworld_express", "webshop"}
     import_submodules("r3l.explore", *GENERATOR_PACKAGES)
     assert set(STRATEGIES.names()) == {"plain", "r3", "r3l"}
     assert set(GENERATORS.names()) == {"hf", "scripted", "vllm"}

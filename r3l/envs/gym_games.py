@@ -1,0 +1,542 @@
+"""Bring your own game: any Gymnasium-registered environment that talks text, or any single-player TextArena game.
+
+`env=gym:ID` (`env.name=gym`, `env.args.id=ID`) builds `gymnasium.make(ID)`: observations that are text (a
+`spaces.Text` space, or plain strings) are shown as they are, others through the game's `ansi` render (ANSI
+colours removed, coloured text put in square brackets, so the position a toy-text game highlights stays
+visible); actions are text (`spaces.Text`) or the names of a `Discrete(n)` space's actions (`env.args.actions`,
+default: FrozenLake's left/down/right/up, else "0".."n-1"). `env=textarena:ID` (or `env=gym
+env.args.source=textarena`) builds TextArena's own registry entry (TextArena games are not Gymnasium-registered)
+without its observation wrappers, which resend the whole history each turn: each observation is the game's new
+messages since the last move; its action wrappers (brackets around a bare move) still apply.
+
+A task is (game, seed): the train split draws even seeds and the test split odd ones. The reward is the game's
+own: Gymnasium's per-step reward, TextArena's final reward on the last move. An episode succeeds when the game
+ends by itself (terminated, not truncated) on a move paying at least `success_reward` (a `success` or
+`is_success` flag in Gymnasium's info decides where a game gives one), and ends when the game does or after
+`max_steps` moves. An action outside `env.args.actions` (or outside a Text space) never reaches the game, costs
+a move and earns 0; a move the game itself rejects (TextArena's invalid moves) is reported as not admissible too.
+
+Retries from a pivot replay the base's actions on a new game made with the task's seed. Each game keeps its own
+Python and NumPy global random streams (swapped in around every call and seeded from the task's seed), so games
+that draw from the global generators (TextArena seeds `random` globally) replay exactly even when many run
+interleaved. A game is probed once per process: a reset that takes no seed, or two starts under one seed that
+differ, mark it not replayable, and R3L's retry from a pivot is then refused in one line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import random
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from r3l.envs import register
+from r3l.envs.base import Env, StepResult, Task
+from r3l.envs.reply_grammar import action_constraint
+from r3l.envs.text_game import (
+    SPLITS,
+    check_count,
+    check_in_episode,
+    invalid_observation,
+    normalise_action,
+    with_actions,
+)
+from r3l.errors import UserError
+
+SOURCES = ("gymnasium", "textarena")
+MISSING = "the {what} env needs {package}: pip install 'r3l[games]' (or pip install {package})"
+PROBE_SEED = 12_345
+ANSI_SPAN = re.compile(r"\x1b\[[0-9;]*m(.*?)\x1b\[0m", re.S)
+ANSI_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Gymnasium's toy-text games whose Discrete actions have known names, and what their observations do not say
+TOY_TEXT = {
+    "FrozenLake": (
+        ("left", "down", "right", "up"),
+        "Frozen lake: walk from S (start) to G (goal) over frozen tiles F without stepping into a hole H. "
+        "Your position is the tile in square brackets. The ice may be slippery: a move can go sideways.",
+    ),
+}
+
+SYSTEM_PROMPT = (
+    "You are playing a game. Each turn the user message shows what the game tells you; you reply with exactly one "
+    "move. First think briefly inside <think> </think> tags, then write the move inside <action> </action> tags, "
+    "for example: <think>{thought}</think><action>{example}</action>. Write the move exactly as the game asks for "
+    "it{listed}. A move the game does not accept wastes a turn. You have at most {max_steps} turns."
+)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What a game answered to a start or a move."""
+
+    observation: str
+    reward: float = 0.0
+    over: bool = False  # the game ended by itself (Gymnasium's terminated; TextArena's done)
+    truncated: bool = False  # the game's own time limit ended the episode
+    accepted: bool = True  # False: the game rejected the move (a TextArena invalid move)
+    won: bool | None = None  # the game's own success flag, where it gives one
+    reason: str = ""  # the game's closing sentence, where it gives one
+
+
+class OwnRandom:
+    """A game's own copies of Python's and NumPy's global random states, swapped in around each call into it."""
+
+    def __init__(self) -> None:
+        self._states: tuple[Any, Any] | None = None
+
+    @contextmanager
+    def active(self, seed: int | None = None) -> Iterator[None]:
+        import numpy
+
+        saved = random.getstate(), numpy.random.get_state()
+        try:
+            if seed is not None:
+                random.seed(seed)
+                numpy.random.seed(seed % 2**32)
+            elif self._states is not None:
+                random.setstate(self._states[0])
+                numpy.random.set_state(self._states[1])
+            yield
+        finally:
+            self._states = random.getstate(), numpy.random.get_state()
+            random.setstate(saved[0])
+            numpy.random.set_state(saved[1])
+
+
+def ansi_text(text: str) -> str:
+    """An `ansi` render as plain text: coloured spans in square brackets, other escape codes removed."""
+    return ANSI_CODE.sub("", ANSI_SPAN.sub(r"[\1]", text))
+
+
+def _said(error: BaseException) -> str:
+    """An exception as one short line (NLTK's banners of asterisks dropped)."""
+    text = " ".join(re.sub(r"\*{3,}", " ", str(error)).split())[:200]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _toy_text(game_id: str) -> tuple[tuple[str, ...], str]:
+    """The built-in action names and intro of a Gymnasium toy-text game ('FrozenLake8x8-v1' -> FrozenLake's)."""
+    return TOY_TEXT.get(re.split(r"8x8|-v\d", game_id)[0], ((), ""))
+
+
+def _unknown(what: str, game_id: str, known: Sequence[str]) -> UserError:
+    close = difflib.get_close_matches(game_id, list(known), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {', '.join(sorted(known)[:5])}"
+    return UserError(f"no {what} game '{game_id}'{hint}")
+
+
+class GymnasiumGame:
+    """One `gymnasium.make(ID)` instance, its observations as text and its actions by name."""
+
+    def __init__(self, game_id: str, make_args: Mapping[str, Any], names: Sequence[str] | None):
+        try:
+            import gymnasium
+        except ImportError:
+            raise UserError(MISSING.format(what="gym", package="gymnasium")) from None
+        if ":" not in game_id and game_id not in gymnasium.registry:
+            raise _unknown("Gymnasium", game_id, list(gymnasium.registry))
+        self.id = game_id
+        self.env = self._make(gymnasium, dict(make_args))
+        spaces = gymnasium.spaces
+        observation_space, action_space = self.env.observation_space, self.env.action_space
+        self.render = not isinstance(observation_space, spaces.Text) and self.env.render_mode == "ansi"
+        self.text_actions = isinstance(action_space, spaces.Text)
+        if isinstance(action_space, spaces.Discrete):
+            known = _toy_text(game_id)[0]
+            names = [str(name) for name in (names or known or range(int(action_space.n)))]
+            if len(names) != int(action_space.n):
+                raise UserError(
+                    f"env.args.actions names {len(names)} actions, but '{game_id}' has "
+                    f"{int(action_space.n)} (Discrete({int(action_space.n)}))"
+                )
+            self.names: tuple[str, ...] | None = tuple(names)
+        elif self.text_actions:
+            self.names = tuple(str(name) for name in names) if names else None
+        else:
+            raise UserError(
+                f"'{game_id}' acts in {str(action_space)[:80]}; the gym env plays text actions "
+                "(spaces.Text) or named Discrete(n) actions"
+            )
+        self.seeded = "seed" in inspect.signature(self.env.unwrapped.reset).parameters
+
+    def _make(self, gymnasium: Any, kwargs: dict[str, Any]) -> Any:
+        try:
+            env = gymnasium.make(self.id, **kwargs)
+            if (
+                "render_mode" not in kwargs
+                and not isinstance(env.observation_space, gymnasium.spaces.Text)
+                and "ansi" in (env.metadata.get("render_modes") or ())
+            ):
+                env.close()
+                env = gymnasium.make(self.id, render_mode="ansi", **kwargs)
+        except UserError:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever the package raises, one line that names the game
+            raise UserError(
+                f"Gymnasium could not make '{self.id}' with env.args.make_args={kwargs}: {_said(error)}"
+            ) from None
+        return env
+
+    def _text(self, observation: Any) -> str:
+        if self.render:
+            rendered = self.env.render()
+            return ansi_text(rendered if isinstance(rendered, str) else "".join(map(str, rendered))).strip("\n")
+        if isinstance(observation, str):
+            return observation
+        raise UserError(
+            f"'{self.id}' observes {str(self.env.observation_space)[:80]}, not text, and has no 'ansi' "
+            "render; the gym env plays games that observe text"
+        )
+
+    def start(self, seed: int) -> Frame:
+        observation, _ = self.env.reset(seed=seed) if self.seeded else self.env.reset()
+        return Frame(self._text(observation))
+
+    def admits(self, action: str) -> bool:
+        return not self.text_actions or bool(self.env.action_space.contains(action))
+
+    def play(self, action: str) -> Frame:
+        move: Any = action
+        if not self.text_actions:
+            move = self.env.action_space.start + self.names.index(action)  # type: ignore[union-attr]
+        observation, reward, terminated, truncated, info = self.env.step(move)
+        flag = next((info[key] for key in ("success", "is_success") if key in info), None)
+        return Frame(
+            self._text(observation),
+            float(reward),
+            bool(terminated),
+            bool(truncated),
+            won=None if flag is None else bool(flag),
+        )
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class TextArenaGame:
+    """One TextArena game, unwrapped from its observation wrappers, played by player 0 alone."""
+
+    seeded = True
+
+    def __init__(self, game_id: str, make_args: Mapping[str, Any], names: Sequence[str] | None):
+        try:
+            import textarena
+            from textarena.envs.registration import ENV_REGISTRY
+        except ImportError:
+            raise UserError(MISSING.format(what="textarena", package="textarena")) from None
+        if game_id not in ENV_REGISTRY:
+            raise _unknown("TextArena", game_id, list(ENV_REGISTRY))
+        self.id, self.names, self.text_actions = game_id, tuple(str(n) for n in names) if names else None, True
+        try:
+            outer = textarena.make(game_id, **dict(make_args))
+        except Exception as error:  # noqa: BLE001 - a game that needs data or a service: one line naming it
+            raise UserError(
+                f"TextArena could not make '{game_id}' with env.args.make_args={dict(make_args)}: {_said(error)}"
+            ) from None
+        chain = []
+        while isinstance(outer, textarena.Wrapper):
+            chain.append(outer)
+            outer = outer.env
+        self.env = outer
+        self.formatters = [wrapper for wrapper in chain if isinstance(wrapper, textarena.ActionWrapper)]
+        self._player_action = textarena.ObservationType.PLAYER_ACTION
+
+    def _messages(self) -> str:
+        _, messages = self.env.get_observation()
+        return "\n".join(
+            str(text).strip()
+            for sender, text, kind in messages
+            if not (kind == self._player_action and sender == 0) and str(text).strip()
+        )
+
+    def start(self, seed: int) -> Frame:
+        try:
+            self.env.reset(num_players=1, seed=seed)
+        except AssertionError as error:
+            raise UserError(
+                f"TextArena game '{self.id}' cannot be played by one player ({error}); the textarena "
+                "env plays single-player games"
+            ) from None
+        return Frame(self._messages())
+
+    def admits(self, action: str) -> bool:
+        return True
+
+    def play(self, action: str) -> Frame:
+        for wrapper in self.formatters:  # outermost first, as the wrapped env would apply them
+            action = wrapper.action(action)
+        errors = getattr(self.env.state, "error_count", 0)
+        done, _ = self.env.step(action)
+        state = self.env.state
+        info = (getattr(state, "game_info", None) or {}).get(0, {})
+        rejected = getattr(state, "error_count", 0) > errors or bool(done and info.get("invalid_move"))
+        text = self._messages() or "The game took the move."
+        if not done:
+            return Frame(text, accepted=not rejected)
+        reward = float((getattr(state, "rewards", None) or {}).get(0, 0.0))
+        return Frame(text, reward, over=True, accepted=not rejected, reason=str(info.get("reason", "")))
+
+    def close(self) -> None:
+        pass
+
+
+_REPLAY_CHECKS: dict[tuple[str, str, str], str | None] = {}  # (source, id, make_args) -> why not replayable
+
+
+def _feedback(
+    *, success: bool, over: bool, truncated: bool, moves: int, max_steps: int, total: float, invalid: int, reason: str
+) -> str:
+    score = f"reward {total:.2f}"
+    rejected = f"; {invalid} of the {moves} moves were not accepted" if invalid else ""
+    says = f" The game says: {reason.strip()}" if reason.strip() else ""
+    if success:
+        return f"Task completed in {moves} steps ({score}).{says}"
+    if over:
+        return f"The game ended at step {moves} without a win ({score}{rejected}).{says}"
+    if truncated:
+        return f"The game's time limit ended the episode at step {moves} before a win ({score}{rejected})."
+    return f"The episode ran out of steps ({max_steps}) before a win ({score}{rejected})."
+
+
+@register("gym")
+class GymGameEnv(Env):
+    name = "gym"
+    description = (
+        "Any Gymnasium-registered game that talks text (env=gym:ID), or a single-player TextArena game "
+        "(env.args.source=textarena); the game's reward, multi-turn, exact replay under a seed."
+    )
+    deterministic = True
+    light = True
+    watch_prompt_copies = False
+    argument_help = {
+        "id": "the game's registered id, e.g. FrozenLake-v1 (Gymnasium) or GuessTheNumber-v0 (TextArena); "
+        "env=gym:ID sets it",
+        "source": "whose registry the id is in: gymnasium or textarena",
+        "make_args": "keyword arguments of gymnasium.make / textarena.make, e.g. {is_slippery: false}",
+        "actions": "the admissible actions, listed in each observation: a Discrete(n) space's action names (default: "
+        "known names, else 0..n-1); for text actions, the only moves let through (null: any text)",
+        "intro": "text put before the first observation (what the game is about, where its observations do not "
+        "say; FrozenLake has one built in)",
+        "max_steps": "moves an episode may take",
+        "success_reward": "an episode succeeds when the game ends by itself on a move paying at least this (null: "
+        "any such end); a success flag in the game's info decides where it gives one",
+        "game_reason": "append the game's own closing sentence to the feedback (TextArena; it may give away the "
+        "secret, e.g. GuessTheNumber's target)",
+        "show_actions": "end each observation with the admissible actions, where there is a list",
+        "seed": "which game seeds each split draws",
+        "train_size": "games (seeds) in the train split",
+        "test_size": "games (seeds) in the test split",
+    }
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        source: str = "gymnasium",
+        make_args: Mapping[str, Any] | None = None,
+        actions: Sequence[str] | None = None,
+        intro: str = "",
+        max_steps: int = 20,
+        success_reward: float | None = 1.0,
+        game_reason: bool = False,
+        show_actions: bool = True,
+        seed: int = 0,
+        train_size: int = 100,
+        test_size: int = 20,
+    ):
+        if not isinstance(id, str) or not id.strip():
+            raise UserError(f"env.args.id must name a registered game, e.g. env=gym:FrozenLake-v1, got {id!r}")
+        if source not in SOURCES:
+            raise UserError(f"env.args.source must be one of {', '.join(SOURCES)}, got {source!r}")
+        if make_args is not None and not isinstance(make_args, Mapping):
+            raise UserError(f"env.args.make_args must be a mapping of keyword arguments, got {make_args!r}")
+        if actions is not None and (isinstance(actions, str) or not isinstance(actions, Sequence) or not actions):
+            raise UserError(f"env.args.actions must be a non-empty list of actions (or null), got {actions!r}")
+        if success_reward is not None and (
+            isinstance(success_reward, bool) or not isinstance(success_reward, (int, float))
+        ):
+            raise UserError(f"env.args.success_reward must be a number or null, got {success_reward!r}")
+        check_count("max_steps", max_steps, 1)
+        check_count("train_size", train_size, 0)
+        check_count("test_size", test_size, 0)
+        self.id, self.source, self.make_args = id.strip(), source, dict(make_args or {})
+        self.max_steps, self.success_reward, self.game_reason = max_steps, success_reward, game_reason
+        self.show_actions, self.seed, self.sizes = show_actions, seed, {"train": train_size, "test": test_size}
+        self._random = OwnRandom()
+        kind = GymnasiumGame if source == "gymnasium" else TextArenaGame
+        with self._random.active():
+            self.game: GymnasiumGame | TextArenaGame = kind(self.id, self.make_args, actions)
+        self.intro = intro or (_toy_text(self.id)[1] if source == "gymnasium" else "")
+        names = self.game.names
+        self.system_prompt = SYSTEM_PROMPT.format(
+            thought="Which move brings me closer to winning?" if names else "The last guess was too high.",
+            example=names[-1] if names else "[7]",
+            max_steps=max_steps,
+            listed=" (one of the valid actions listed after each observation)" if names else "",
+        )
+        self.not_replayable = self._replay_check()
+        self.deterministic = self.not_replayable is None
+        self._tasks: dict[str, tuple[Task, ...]] = {}
+        self._task: Task | None = None
+        self._done = True
+        self._moves = self._invalid = 0
+        self._total = 0.0
+
+    # --- replay ---------------------------------------------------------------------------------
+    def _replay_check(self) -> str | None:
+        key = (self.source, self.id, repr(sorted(self.make_args.items())))
+        if key not in _REPLAY_CHECKS:
+            if not self.game.seeded:
+                _REPLAY_CHECKS[key] = "its reset takes no seed"
+            else:
+                first, second = (self._start(PROBE_SEED) for _ in range(2))
+                _REPLAY_CHECKS[key] = None if first == second else "two starts under one seed differed"
+        return _REPLAY_CHECKS[key]
+
+    def replay(self, task: Task, actions: Sequence[str]) -> str:
+        if self.not_replayable:
+            raise RuntimeError(
+                f"'{self.id}' cannot be replayed ({self.not_replayable}); "
+                "set algorithm.strategy_args.retry_from=scratch"
+            )
+        return super().replay(task, actions)
+
+    # --- tasks ----------------------------------------------------------------------------------
+    def tasks(self, split: str) -> Sequence[Task]:
+        if split not in SPLITS:
+            raise UserError(f"unknown split '{split}' for environment '{self.name}'; use 'train' or 'test'")
+        if split not in self._tasks:
+            draws = random.Random(f"{self.seed}-{split}").sample(range(2**30), self.sizes[split])
+            seeds = [2 * draw + (split == "test") for draw in draws]
+            label = self.id.replace("/", "_").replace(":", "_")
+            self._tasks[split] = tuple(
+                Task(
+                    id=f"{self.name}-{label}-{split}-{seed}",
+                    prompt=f"{self.id} (seed {seed})",
+                    data={"id": self.id, "seed": seed},
+                )
+                for seed in seeds
+            )
+        return self._tasks[split]
+
+    # --- episode --------------------------------------------------------------------------------
+    @property
+    def admissible_actions(self) -> list[str]:
+        return list(self.game.names or ())
+
+    def reply_constraint(self, reply):
+        return action_constraint(self.game.names, reply) if self.game.names else None
+
+    def _start(self, seed: int) -> Frame:
+        with self._random.active(seed):
+            return self.game.start(seed)
+
+    def _show(self, observation: str) -> str:
+        observation = observation.strip()
+        return with_actions(observation, self.game.names) if self.show_actions and self.game.names else observation
+
+    def reset(self, task: Task) -> str:
+        frame = self._start(int(task.data["seed"]))
+        self._task, self._done, self._moves, self._invalid, self._total = task, False, 0, 0, 0.0
+        text = f"{self.intro.strip()}\n\n{frame.observation}" if self.intro.strip() else frame.observation
+        return self._show(text)
+
+    def _admit(self, action: str) -> str | None:
+        """The move to play for `action`, or None when it may not reach the game."""
+        if self.game.names:
+            return {normalise_action(name): name for name in self.game.names}.get(normalise_action(action))
+        action = action.strip()
+        return action if action and self.game.admits(action) else None
+
+    def step(self, action: str) -> StepResult:
+        check_in_episode(self._task, self._done)
+        self._moves += 1
+        move = self._admit(action)
+        if move is None:
+            self._invalid += 1
+            frame = Frame(
+                invalid_observation(normalise_action(action), self.game.names or ())
+                if self.game.names
+                else f"'{action.strip()[:80]}' is not a move this game accepts.",
+                accepted=False,
+            )
+            observation = frame.observation
+        else:
+            with self._random.active():
+                frame = self.game.play(move)
+            self._invalid += not frame.accepted
+            self._total += frame.reward
+            observation = self._show(frame.observation)
+        success = (
+            frame.won
+            if frame.won is not None
+            else frame.over and (self.success_reward is None or frame.reward >= self.success_reward)
+        )
+        done = bool(success or frame.over or frame.truncated or self._moves >= self.max_steps)
+        info: dict[str, Any] = {
+            "admissible": frame.accepted,
+            "admissible_actions": self.admissible_actions,
+            "moves": self._moves,
+        }
+        if done:
+            self._done = True
+            info.update(
+                success=bool(success),
+                feedback=_feedback(
+                    success=bool(success),
+                    over=frame.over,
+                    truncated=frame.truncated,
+                    moves=self._moves,
+                    max_steps=self.max_steps,
+                    total=self._total,
+                    invalid=self._invalid,
+                    reason=frame.reason if self.game_reason else "",
+                ),
+            )
+        return StepResult(observation=observation, reward=frame.reward, done=done, info=info)
+
+    def close(self) -> None:
+        self.game.close()
+
+
+@register("textarena")
+class TextArenaEnv(GymGameEnv):
+    name = "textarena"
+    description = (
+        "A single-player TextArena game (env=textarena:ID, e.g. GuessTheNumber-v0, Mastermind-v0): its "
+        "messages as observations, its reward, exact replay under a seed."
+    )
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        make_args: Mapping[str, Any] | None = None,
+        actions: Sequence[str] | None = None,
+        intro: str = "",
+        max_steps: int = 20,
+        success_reward: float | None = 1.0,
+        game_reason: bool = False,
+        show_actions: bool = True,
+        seed: int = 0,
+        train_size: int = 100,
+        test_size: int = 20,
+    ):
+        super().__init__(
+            id=id,
+            source="textarena",
+            make_args=make_args,
+            actions=actions,
+            intro=intro,
+            max_steps=max_steps,
+            success_reward=success_reward,
+            game_reason=game_reason,
+            show_actions=show_actions,
+            seed=seed,
+            train_size=train_size,
+            test_size=test_size,
+        )
