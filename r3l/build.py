@@ -6,9 +6,10 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,9 +17,9 @@ from r3l.config import Config
 from r3l.envs import Env, env_class, make
 from r3l.errors import UserError
 from r3l.explore import ExploreContext, Strategy, make_strategy
-from r3l.rollout.chat import PromptFormat
 from r3l.models.precision import native_bf16
 from r3l.registry import import_submodules
+from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def make_learner(config: Config, model, tokenizer, ref_model, ranks=None) -> Lea
 def make_generator(config: Config, model, tokenizer) -> Generator:
     import_submodules(*GENERATOR_PACKAGES)
     g = config.generator
-    cls = GENERATORS.get(g.name)
+    cls: Callable[..., Generator] = GENERATORS.get(g.name)  # each takes (model, tokenizer, its own settings)
     accepted = inspect.signature(cls.__init__).parameters
     settings: dict[str, Any] = {
         "prefill_chunk": g.prefill_chunk,

@@ -7,8 +7,9 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional
+from typing import Any
 
 import typer
 
@@ -48,7 +49,7 @@ def split_args(args: list[str] | None) -> tuple[str | None, list[str]]:
     return None, args
 
 
-def load(args: list[str] | None, extra: list[str] = (), first: list[str] = ()):
+def load(args: list[str] | None, extra: Sequence[str] = (), first: Sequence[str] = ()):
     """CONFIG with `first` (option shorthands), then the key=value overrides, then `extra` applied."""
     from r3l.config import load_config
 
@@ -66,8 +67,8 @@ def checked(config):
 
 @app.command()
 def train(
-    args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
-    resume: Optional[Path] = typer.Option(
+    args: list[str] | None = typer.Argument(None, help=ARGS_HELP),
+    resume: Path | None = typer.Option(
         None, "--resume", help="Continue the run in this directory from its last checkpoint."
     ),
     dump_experiences: bool = typer.Option(
@@ -101,10 +102,10 @@ def train(
 @app.command("eval")
 @interruptible("nothing was written")
 def evaluate_command(
-    args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
-    model: Optional[str] = typer.Option(None, "--model", help="Alias, local path, run directory or hub id."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Directory for eval.json (default: a new run directory)."),
-    attempts: Optional[int] = typer.Option(
+    args: list[str] | None = typer.Argument(None, help=ARGS_HELP),
+    model: str | None = typer.Option(None, "--model", help="Alias, local path, run directory or hub id."),
+    out: Path | None = typer.Option(None, "--out", help="Directory for eval.json (default: a new run directory)."),
+    attempts: int | None = typer.Option(
         None, "--attempts", min=1, max=2, help="2: first try, then a reflection and a second try on failures (R3)."
     ),
 ):
@@ -155,12 +156,12 @@ def evaluate_command(
 @app.command()
 @interruptible("nothing was written")
 def rollout(
-    args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
-    dump: Optional[Path] = typer.Option(None, "--dump", help="Write one JSON object per experience to this file."),
+    args: list[str] | None = typer.Argument(None, help=ARGS_HELP),
+    dump: Path | None = typer.Option(None, "--dump", help="Write one JSON object per experience to this file."),
     tasks: int = typer.Option(2, "--tasks", min=1, help="How many training tasks to roll out."),
     show: bool = typer.Option(True, "--show/--no-show", help="Print the experiences with their trained spans."),
-    env: Optional[str] = typer.Option(None, "--env", help="Environment (same as env=NAME)."),
-    strategy: Optional[str] = typer.Option(
+    env: str | None = typer.Option(None, "--env", help="Environment (same as env=NAME)."),
+    strategy: str | None = typer.Option(
         None,
         "--strategy",
         "--algorithm",
@@ -169,10 +170,10 @@ def rollout(
 ):
     """Generate experiences for a few tasks without training (see exactly what would be trained)."""
     config = load(args, first=[*([f"env={env}"] if env else []), *([f"algorithm={strategy}"] if strategy else [])])
-    from r3l.build import build_parts
-    from r3l.experience import write_jsonl
     from r3l.algorithms import assign_advantages
+    from r3l.build import build_parts
     from r3l.display import show_experiences
+    from r3l.experience import write_jsonl
     from r3l.seeding import seed_everything
     from r3l.task_sampler import TaskSampler
     from r3l.trainer import check_algorithm_names
@@ -195,14 +196,14 @@ def rollout(
 
 @app.command()
 def bench(
-    args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP),
-    vs: Optional[str] = typer.Option(None, "--vs", help="Also run this trainer side by side at equal work: trl."),
-    out: Optional[Path] = typer.Option(
+    args: list[str] | None = typer.Argument(None, help=ARGS_HELP),
+    vs: str | None = typer.Option(None, "--vs", help="Also run this trainer side by side at equal work: trl."),
+    out: Path | None = typer.Option(
         None, "--out", help="Directory for bench.json and bench.md (default: a new run directory)."
     ),
     repeats: int = typer.Option(5, "--repeats", min=1, help="Measured steps per side (after the warm-up)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Unmeasured steps per side first."),
-    sections: Optional[str] = typer.Option(None, "--sections", help="Comma-separated sections (default: all)."),
+    sections: str | None = typer.Option(None, "--sections", help="Comma-separated sections (default: all)."),
     trl_generator: str = typer.Option(
         "auto",
         "--trl-generator",
@@ -228,7 +229,7 @@ def bench(
 
 
 @app.command()
-def envs(name: Optional[str] = typer.Argument(None, help="Show this environment's settings (env.args).")):
+def envs(name: str | None = typer.Argument(None, help="Show this environment's settings (env.args).")):
     """List the environments with a one-line description each, or one environment's settings."""
     from r3l.envs import available, env_class
     from r3l.envs.arguments import describe
@@ -259,16 +260,16 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory written by 
 @app.command()
 @interruptible("run the same command again to continue the comparison")
 def compare(
-    args: Optional[List[str]] = typer.Argument(
+    args: list[str] | None = typer.Argument(
         None,
         help="Configs to compare (YAML files or algorithm presets such "
         "as grpo, r3l), then key=value overrides for every run.",
     ),
     seeds: str = typer.Option("3", "--seeds", help="A count (3: seeds 0-2) or a list (0,4,7)."),
-    base: Optional[str] = typer.Option(
+    base: str | None = typer.Option(
         None, "--base", help="The config algorithm presets are applied to (default: the default job's)."
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         help="Folder of the comparison (default: runs/compare-ENV-TIME); "
@@ -293,7 +294,7 @@ def compare(
 
 
 @app.command()
-def config(args: Optional[List[str]] = typer.Argument(None, help=ARGS_HELP)):
+def config(args: list[str] | None = typer.Argument(None, help=ARGS_HELP)):
     """Print the fully resolved configuration (every key with its value; env.args with the environment's
     defaults filled in, a required one as null)."""
     from r3l.config import dump_config
@@ -313,7 +314,7 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     limit_onednn_cache()
     # click's exceptions (typer's own copy of click in typer 0.20 and later), found without naming the module
-    usage_error = next(kind for kind in typer.BadParameter.__mro__ if kind.__name__ == "ClickException")
+    usage_error: Any = next(kind for kind in typer.BadParameter.__mro__ if kind.__name__ == "ClickException")
     try:
         status = app(standalone_mode=False)  # so that r3l, not click, words a bad option: one `error: ` line
     except usage_error as error:  # an unknown option or command, a bad option value, a missing argument

@@ -42,7 +42,11 @@ class ModelConfig(Section):
     )
     gradient_checkpointing: bool = False
     lora: LoraConfig = LoraConfig()
-    _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return _name_shorthand(value)
 
 
 class Message(Section):
@@ -70,7 +74,11 @@ class EnvConfig(Section):
     args: dict[str, Any] = {}
     system_prompt: str | None = Field(None, description="replaces the environment's own system prompt")
     few_shot: list[Message] = Field([], description="example turns placed before each task's first message")
-    _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _env_shorthand(v)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return _env_shorthand(value)
 
 
 class GeneratorConfig(Section):
@@ -94,7 +102,11 @@ class GeneratorConfig(Section):
         description="vllm: free the engine's memory while the learner "
         "trains (true, false, or auto: where vLLM supports it, CUDA)",
     )
-    _shorthand = model_validator(mode="before")(classmethod(lambda cls, v: _name_shorthand(v)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return _name_shorthand(value)
 
 
 class SamplingConfig(Section):

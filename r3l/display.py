@@ -4,7 +4,7 @@ reflection report, pivot and guidance shown with the episode they belong to."""
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.text import Text
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 import time
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart
 from r3l.envs import Env, Task, require_single_turn

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from r3l.rollout.constraints import TokenMasks
 
@@ -67,7 +68,7 @@ class Experience:
         return record
 
     @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> "Experience":
+    def from_dict(cls, record: dict[str, Any]) -> Experience:
         record = dict(record)
         record["turn_spans"] = [tuple(span) for span in record.get("turn_spans", [])]
         record.pop("constrained_tokens", None)

@@ -7,15 +7,15 @@ kept. One JSON line per tried query, so an interrupted build resumes where it st
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from r3l.agent.episodes import AgentLimits
 from r3l.envs import Env, Task
+from r3l.reflection.retry import first_attempts
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Completion, Generator, SamplingParams
-from r3l.reflection.retry import first_attempts
 
 
 @dataclass
@@ -114,8 +114,8 @@ def build_failure_set(
         if target is not None and len(result.tasks) >= target:
             break
         batch = todo[start : start + queries_per_batch]
-        samples = {i: 0 for i in batch}
-        successes = {i: 0 for i in batch}
+        samples = dict.fromkeys(batch, 0)
+        successes = dict.fromkeys(batch, 0)
         kept: dict[int, Task] = {}
         open_queries = list(batch)
         while open_queries:

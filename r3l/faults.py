@@ -27,6 +27,6 @@ def failpoint(name: str) -> None:
     if not chosen:
         return
     _passes[name] += 1
-    for nth, signum in chosen:
-        if _passes[name] == nth:
+    for count, signum in chosen:
+        if _passes[name] == count:
             os.kill(os.getpid(), signum)

@@ -16,8 +16,8 @@ import ctypes.util
 import os
 import resource
 import sys
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 ONEDNN_CACHE_CAPACITY = 256
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from r3l.envs import Task
 
@@ -24,7 +25,7 @@ class TaskSampler:
         return order
 
     def next_batch(self, size: int) -> list[Task]:
-        batch = []
+        batch: list[Task] = []
         while len(batch) < size:
             if self.position == len(self._order):
                 self.epoch, self.position = self.epoch + 1, 0

@@ -8,15 +8,15 @@ import signal
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
 from r3l.build import agent_limits, build_parts, eval_params, make_learner, reflection_prompts, trainable_policy
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
-from r3l.evaluate import held_out_evaluation, r3_table
 from r3l.errors import Interrupted, RunStopped, UserError
+from r3l.evaluate import held_out_evaluation, r3_table
 from r3l.experience import write_jsonl
 from r3l.faults import failpoint
 from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
@@ -27,6 +27,10 @@ from r3l.memory import memory_metrics, release_free_memory
 from r3l.rollout.chat import PromptFormat
 from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
+
+if TYPE_CHECKING:
+    from r3l.distributed.learner_group import LearnerGroup
+    from r3l.learner.learner import Learner
 
 
 def new_run_dir(config: Config) -> Path:
@@ -59,7 +63,7 @@ class GracefulInterrupt:
         self.requested = True
         console.print("[yellow]interrupt: finishing this step, then checkpointing (Ctrl-C again to abandon it)[/]")
 
-    def __enter__(self) -> "GracefulInterrupt":
+    def __enter__(self) -> GracefulInterrupt:
         try:
             self._previous = signal.signal(signal.SIGINT, self._handle)
         except ValueError:  # not the main thread
@@ -112,7 +116,7 @@ class Trainer:
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
 
-            self.learner = LearnerGroup(config, self.model, self.parts.tokenizer, ref_model)
+            self.learner: Learner | LearnerGroup = LearnerGroup(config, self.model, self.parts.tokenizer, ref_model)
         else:
             self.learner = make_learner(config, self.model, self.parts.tokenizer, ref_model)
         self.step = 0
@@ -177,11 +181,13 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the rollout workers and the other learner ranks (a no-op in one process)."""
-        if getattr(self, "rollout_pool", None) is not None:
-            self.rollout_pool.close()
+        pool = getattr(self, "rollout_pool", None)
+        if pool is not None:
+            pool.close()
             self.rollout_pool = None
-        if hasattr(getattr(self, "learner", None), "close"):
-            self.learner.close()
+        close = getattr(getattr(self, "learner", None), "close", None)  # a LearnerGroup's; a Learner has none
+        if close is not None:
+            close()
 
     def _trainer_state(self) -> dict[str, Any]:
         pending = self.pipeline.oldest_pending() if self.pipeline is not None else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def pivotal_mask(loss_mask: Sequence[int], turn_spans: Sequence[tuple[int, int]], pivot: int) -> list[int]:

@@ -7,7 +7,8 @@ blocked call return with an error); `abort` must be safe to call from another th
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from r3l.errors import UserError
 
@@ -37,7 +38,7 @@ def guarded_call(env: Any, timeout: float | None, call: Callable[..., Any], *arg
         result = call(*args)
     except UserError:
         raise
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - whatever an environment raises ends only its episode
         if fired.is_set():
             raise EnvFailure(timed_out) from None
         text = " ".join(str(error).split())[:MESSAGE_CHARS]

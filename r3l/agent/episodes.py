@@ -16,8 +16,8 @@ episode is not trained (strategies drop it), its task id is printed, and the env
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
 
 from r3l.agent.actions import parse_reply
 from r3l.agent.env_guard import EnvFailure, guarded_call

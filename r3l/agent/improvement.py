@@ -3,7 +3,7 @@ of pure rules over (reward, steps) of the retry and of its base."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from r3l.registry import Registry
 

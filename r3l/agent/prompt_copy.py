@@ -9,6 +9,7 @@ prompt. A run whose rewarded episodes start to copy shows it in the metric `hack
 from __future__ import annotations
 
 import re
+
 from r3l.envs.answer import extract_tagged
 
 _OPERAND = r"(?:\d+(?:\.\d+)?|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))"  # a number or a one-letter variable

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from statistics import mean
-from typing import Any, Sequence
+from typing import Any
 
 from r3l.agent.episodes import Trajectory, termination_metrics
 from r3l.experience import Experience

@@ -9,7 +9,8 @@ reference's baseline of 0 instead, so its advantage is its reward (docs/FIDELITY
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -183,7 +184,7 @@ def checked_advantages(
         raise UserError(f"bad algorithm.advantage_args for '{name}': {error}") from None
 
 
-def assign_advantages(experiences: Sequence["Experience"], name: str, args: dict) -> None:
+def assign_advantages(experiences: Sequence[Experience], name: str, args: dict) -> None:
     """Set the advantage of every policy-objective experience from the rewards of its group, in place.
 
     Experiences with objective "sft" compete with no group: their advantage is the weight the strategy set.

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -37,8 +38,8 @@ def gemm_peak(dtype: torch.dtype, device: torch.device, sizes: tuple[int, ...] =
     for n in sizes:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        rates[n] = 2.0 * n**3 / best_seconds(lambda: torch.mm(a, b), device)
-    best = max(rates, key=rates.get)
+        rates[n] = 2.0 * n**3 / best_seconds(partial(torch.mm, a, b), device)
+    best = max(rates, key=rates.__getitem__)
     return {
         "flops_per_s": rates[best],
         "size": best,

@@ -10,8 +10,8 @@ import torch
 from r3l.bench.records import StepRecord
 from r3l.build import generator_dtype
 from r3l.config import Config
-from r3l.errors import UserError
 from r3l.envs import Task
+from r3l.errors import UserError
 from r3l.rollout.chat import PromptFormat, encode_prompt
 from r3l.task_sampler import TaskSampler
 

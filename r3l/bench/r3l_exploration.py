@@ -9,6 +9,8 @@ TextWorldExpress's coin game.
 
 from __future__ import annotations
 
+from typing import Any
+
 from r3l.bench.registry import BenchContext, SectionResult, section
 from r3l.config import Config, apply_override, parse_override
 
@@ -46,7 +48,7 @@ def measure(config: Config, tasks: int, steps: int) -> dict:
     seed_everything(config.run.seed)
     parts = build_parts(config)
     batch = list(parts.make_env().tasks("train"))[:tasks]
-    totals = {
+    totals: dict[str, Any] = {
         "retries": 0.0,
         "retry_successes": 0.0,
         "retry_tokens": 0.0,

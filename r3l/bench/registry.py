@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from r3l.config import Config
 from r3l.errors import UserError

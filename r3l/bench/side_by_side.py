@@ -186,7 +186,7 @@ def _cell(summary: dict, fmt: str) -> str:
 def table(data: dict) -> str:
     """Markdown: one column per side (median [min, max] over measured steps), then TRL/r3l."""
     sides = data["sides"]
-    names = [OURS] + [s for s in sides if s != OURS]
+    names: list[str] = [OURS] + [s for s in sides if s != OURS]
     ratio = data.get("step_time_ratio_trl_over_r3l")
     header = ["", *[{OURS: "r3l", TRL: "TRL GRPOTrainer"}.get(n, n) for n in names]] + (["TRL / r3l"] if ratio else [])
     rows = [
@@ -205,13 +205,13 @@ def table(data: dict) -> str:
                 f"**{ratio['median']:.2f}x** [{ratio['min']:.2f}, {ratio['max']:.2f}]" if key == "step_seconds" else ""
             ]
         lines.append("| " + " | ".join([label, *cells, *extra]) + " |")
-    for label, key in (
+    for label, total in (
         ("generated tokens (sum)", "generated_tokens"),
         ("trained tokens (sum)", "trained_tokens"),
         ("prompts / completions / updates", None),
     ):
-        if key:
-            cells = [str(sides[n][key]) for n in names]
+        if total:
+            cells = [str(sides[n][total]) for n in names]
         else:
             cells = [
                 f"{sides[n]['prompts']} / {sides[n]['completions']} / {sides[n]['optimizer_updates']}" for n in names

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from transformers import PrinterCallback, TrainerCallback
 

@@ -6,9 +6,9 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from r3l.config import PRESET_DIR
 from r3l.errors import UserError
@@ -58,7 +58,7 @@ def make_arms(names: Sequence[str], base: str | None) -> list[Arm]:
     labels = [arm.label for arm in arms]
     if len(set(labels)) != len(labels):
         raise UserError(
-            f"two configs share the name '{next(l for l in labels if labels.count(l) > 1)}'; give "
+            f"two configs share the name '{next(label for label in labels if labels.count(label) > 1)}'; give "
             "each its own file name"
         )
     return arms
@@ -100,9 +100,9 @@ def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, l
             if spec.state() == "new" and spec.directory.exists():  # died before its first checkpoint: start over
                 shutil.rmtree(spec.directory)
             spec.directory.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(spec.directory.parent / f"{spec.directory.name}.log", "a")
             log(f"{spec.arm.label} seed {spec.seed}: {spec.state()} -> running")
-            running.append((spec, subprocess.Popen(train_command(spec, overrides), stdout=handle, stderr=handle)))
+            with open(spec.directory.parent / f"{spec.directory.name}.log", "a") as handle:  # the child keeps its own
+                running.append((spec, subprocess.Popen(train_command(spec, overrides), stdout=handle, stderr=handle)))
         spec, process = running.pop(0)
         if process.wait() != 0:
             failed.append(spec)

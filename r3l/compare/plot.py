@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from r3l.compare.stats import Counts, estimate, pooled, pooled_before
 from r3l.compare.summary import RunResult
@@ -29,11 +30,12 @@ def dumbbells(results: Sequence[RunResult]) -> dict[str, Dumbbell]:
     out: dict[str, Dumbbell] = {}
     for label in dict.fromkeys(r.label for r in results):
         runs = [r for r in results if r.label == label and r.final is not None]
-        with_before = [r for r in runs if r.before is not None]
+        finals = [r.final for r in runs if r.final is not None]
+        befores = [(r.before, r.before_counts) for r in runs if r.before is not None]
         out[label] = Dumbbell(
-            estimate([r.before for r in with_before], [r.before_counts for r in with_before], pooled_before),
-            estimate([r.final for r in runs], [r.final_counts for r in runs], pooled),
-            [r.final for r in runs],
+            estimate([before for before, _ in befores], [counts for _, counts in befores], pooled_before),
+            estimate(finals, [r.final_counts for r in runs], pooled),
+            finals,
             max((r.steps for r in runs), default=0),
         )
     return out
@@ -56,6 +58,7 @@ def curves(results: Sequence[RunResult]) -> dict[str, list[tuple[int, float, flo
             point = estimate(
                 [v for v, _ in evaluations], [c for _, c in evaluations], pooled_before if step == 0 else pooled
             )
+            assert point is not None  # there is an evaluation at every step listed
             points.append((step, *point, len(evaluations)))
         out[label] = points
     return out

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence
 
 from r3l.compare.plan import make_arms, plan_runs, read_plan, run_all, write_plan
 from r3l.compare.plot import plot

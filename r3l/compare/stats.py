@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 Z_95 = 1.959964  # two-sided 95% quantile of the standard normal
 
@@ -52,6 +52,7 @@ def estimate(
     otherwise the mean success with NaN bounds (an interval is not invented). None without any value."""
     if not values:
         return None
-    if None not in counts and (interval := pool(counts)) is not None:
+    known = [c for c in counts if c is not None]
+    if len(known) == len(counts) and (interval := pool(known)) is not None:
         return interval
     return sum(values) / len(values), math.nan, math.nan

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from r3l.compare.plan import RunSpec
 from r3l.compare.stats import Counts, estimate, pooled, pooled_before

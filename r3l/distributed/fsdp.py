@@ -5,7 +5,7 @@ one-process update. gloo on CPU, NCCL on GPUs."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist

@@ -12,9 +12,10 @@ import copy
 import os
 import signal
 import socket
+from collections.abc import Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,7 +32,7 @@ def _full_options(**extra):
     return StateDictOptions(full_state_dict=True, cpu_offload=True, **extra)
 
 
-def gather_weights(model) -> dict[str, torch.Tensor]:
+def gather_weights(model) -> dict[str, Any]:
     """The full weights on rank 0 (a collective: every rank calls it; the others get an empty dict)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -44,7 +45,7 @@ def gather_optimizer(learner) -> dict[str, Any]:
     return get_optimizer_state_dict(learner.model, learner.optimizer, options=_full_options())
 
 
-def scatter_weights(model, weights: dict[str, torch.Tensor]) -> None:
+def scatter_weights(model, weights: dict[str, Any]) -> None:
     """Every rank's shards from rank 0's full weights (a collective; the other ranks pass an empty dict)."""
     from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
@@ -79,7 +80,7 @@ def load_sharded(learner, folder: str) -> None:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optimizer_state = get_state_dict(learner.model, learner.optimizer)
-    state = {"model": model_state, "optimizer": optimizer_state}
+    state: dict[str, Any] = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=folder)
     set_state_dict(
         learner.model, learner.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]

@@ -4,8 +4,9 @@ each batch with the weights version it was explored with (distributed.max_stalen
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from r3l.distributed.staleness import admissible, batches_in_flight, staleness
 

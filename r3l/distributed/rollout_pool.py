@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from r3l.build import generator_dtype
 from r3l.config import Config
@@ -15,6 +16,9 @@ from r3l.distributed.rollout_worker import RolloutWorker
 from r3l.distributed.sharding import contiguous_shards, merge_shard_metrics
 from r3l.errors import RunStopped, UserError
 from r3l.logging import console
+
+if TYPE_CHECKING:
+    from r3l.distributed.weight_stream import WeightStream
 
 
 @dataclass
@@ -63,12 +67,13 @@ class RolloutPool:
                 },
             )
         self._actor = ray.remote(RolloutWorker)
-        self.stream = None
+        self.stream: WeightStream | None = None
         self.restarts = 0
         self.version = -1
-        self._weights = None
+        self._weights: Any = None  # a ray ObjectRef of the latest weights (weight_sync=object_store)
         started = time.perf_counter()
-        self._placement, self.workers = None, []
+        self._placement: Any = None  # a ray PlacementGroup
+        self.workers: list = []
         try:
             self._placement = self._reserve()
             self.workers = [self._start_worker(index) for index in range(self.settings.rollout_workers)]
@@ -160,16 +165,15 @@ class RolloutPool:
                     )
                     self._replace(index)  # the replacement gets these weights
             return
-        if self.stream is None:
-            self._open_stream(state_dict)
+        stream = self.stream if self.stream is not None else self._open_stream(state_dict)
         received = [worker.receive_weights.remote() for worker in self.workers]
         try:
-            self.stream.send(self.version, state_dict)
+            stream.send(self.version, state_dict)
         except RuntimeError as error:
             raise RunStopped(f"a rollout worker failed during its {what}: {_first_line(error)}") from None
         self._wait(received, what)
 
-    def _open_stream(self, state_dict) -> None:
+    def _open_stream(self, state_dict) -> WeightStream:
         from ray.util import get_node_ip_address
 
         from r3l.distributed.learner_group import free_port
@@ -181,15 +185,17 @@ class RolloutPool:
             worker.open_stream.remote(host, port, rank, world, entries, timeout)
             for rank, worker in enumerate(self.workers, start=1)
         ]
-        self.stream = WeightStream(host, port, 0, world, entries, timeout)  # waits for every worker to connect
+        # waits for every worker to connect
+        self.stream = stream = WeightStream(host, port, 0, world, entries, timeout)
         self._wait(opened, "weight stream start")
+        return stream
 
     def explore(self, tasks: Sequence, step: int) -> tuple[list, dict[str, float]]:
         """The strategy's explore, one contiguous shard of `tasks` per worker; experiences in batch order."""
         experiences, metrics, _ = self.collect(self.submit(tasks, step))
         return experiences, metrics
 
-    def submit(self, tasks: Sequence, step: int) -> "Exploration":
+    def submit(self, tasks: Sequence, step: int) -> Exploration:
         """Start exploring `tasks` with the current weights; `collect` waits for the result."""
         shards = contiguous_shards(len(tasks), len(self.workers))
         futures = [
@@ -204,7 +210,7 @@ class RolloutPool:
             list(self.workers[: len(shards)]),
         )
 
-    def collect(self, exploration: "Exploration") -> tuple[list, dict[str, float], int]:
+    def collect(self, exploration: Exploration) -> tuple[list, dict[str, float], int]:
         """(experiences in batch order, merged metrics, the oldest weights version any shard used)."""
         results = [
             self._shard_result(index, tasks, exploration, future)
@@ -217,7 +223,7 @@ class RolloutPool:
         metrics.update({"rollout_workers": float(len(results)), "rollout_worker_restarts": float(self.restarts)})
         return experiences, metrics, min((version for *_, version in results), default=exploration.version)
 
-    def _shard_result(self, index: int, tasks: list, exploration: "Exploration", future):
+    def _shard_result(self, index: int, tasks: list, exploration: Exploration, future):
         step = exploration.step
         try:
             experiences, metrics, _ = self._ray.get(future, timeout=self.settings.worker_timeout_s)

@@ -4,7 +4,8 @@ explores the shard of each step's batch it is given with the weights it was last
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 class RolloutWorker:

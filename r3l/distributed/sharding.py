@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 # metrics that count things (summed across shards); every other metric is a mean (weighted by tasks)
 COUNTED = frozenset(

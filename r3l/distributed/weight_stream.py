@@ -5,9 +5,9 @@ learner ranks' default group."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -69,7 +69,7 @@ class WeightStream:
         self.buckets = plan_buckets(self.entries, bucket_bytes)
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
-        self.group.broadcast([tensor], dist.BroadcastOptions()).wait()
+        self.group.broadcast([tensor], dist.BroadcastOptions()).wait()  # type: ignore[attr-defined]  # not in torch's stubs
 
     def send(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         self._broadcast(torch.tensor([version], dtype=torch.int64))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from r3l.envs.arguments import check_arguments
 from r3l.envs.base import Env, SingleTurnEnv, StepResult, Task, Verdict, judge

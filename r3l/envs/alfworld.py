@@ -27,9 +27,10 @@ import json
 import os
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Task

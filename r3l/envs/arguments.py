@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r3l.errors import UserError
+
+if TYPE_CHECKING:
+    from r3l.envs.base import Env
 
 REQUIRED = inspect.Parameter.empty
 
@@ -22,7 +25,7 @@ class EnvArgument:
         return self.default is REQUIRED
 
 
-def env_arguments(cls: type) -> list[EnvArgument]:
+def env_arguments(cls: type[Env]) -> list[EnvArgument]:
     """The keyword settings of `cls.__init__`, with the help text of `argument_help` (a class's own entries,
     over those of the classes it extends, so a setting a base class takes is explained there once)."""
     helps = argument_help(cls)
@@ -34,14 +37,14 @@ def env_arguments(cls: type) -> list[EnvArgument]:
     ]
 
 
-def argument_help(cls: type) -> dict[str, str]:
+def argument_help(cls: type[Env]) -> dict[str, str]:
     helps: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         helps.update(vars(klass).get("argument_help", {}))
     return helps
 
 
-def check_arguments(name: str, cls: type, given: dict[str, Any]) -> None:
+def check_arguments(name: str, cls: type[Env], given: dict[str, Any]) -> None:
     """One line naming an unknown or a missing setting, before the constructor sees them."""
     arguments = env_arguments(cls)
     known = {argument.name for argument in arguments}
@@ -59,12 +62,12 @@ def check_arguments(name: str, cls: type, given: dict[str, Any]) -> None:
             )
 
 
-def default_arguments(cls: type) -> dict[str, Any]:
+def default_arguments(cls: type[Env]) -> dict[str, Any]:
     """Every setting with its default (None for a required one), as `r3l config` shows them."""
     return {a.name: None if a.required else _plain(a.default) for a in env_arguments(cls)}
 
 
-def describe(name: str, cls: type) -> str:
+def describe(name: str, cls: type[Env]) -> str:
     """`r3l envs NAME`: the description, then one line per setting."""
     lines = [f"{name}: {cls.description}", "settings (env.args.NAME):"]
     for argument in env_arguments(cls):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import random
 import threading
 from abc import abstractmethod
-from typing import Any, Callable, ClassVar, Hashable, Iterator, Sequence, overload
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, ClassVar, overload
 
 from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict

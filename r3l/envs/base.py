@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from r3l.envs.reply_grammar import ReplyFormat
@@ -47,7 +48,7 @@ class Env(ABC):
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    deterministic: ClassVar[bool] = True
+    deterministic: bool = True  # an instance may set it from the environment it wraps (math_dialogue)
     # "tagged": a reply is <think>...</think><action>...</action> and only the action is played;
     # "whole_reply": the whole reply is the action (single-turn answers, multi-attempt dialogues).
     action_format: ClassVar[str] = "tagged"
@@ -76,7 +77,7 @@ class Env(ABC):
     def step(self, action: str) -> StepResult:
         """Apply the model's `action` (its whole reply for single-turn tasks)."""
 
-    def reply_constraint(self, reply: "ReplyFormat") -> "Constraint | None":
+    def reply_constraint(self, reply: ReplyFormat) -> Constraint | None:
         """What the next reply may be under structured decoding (None: free), e.g. one of the admissible
         actions now; called after `reset` or `step`."""
         return None

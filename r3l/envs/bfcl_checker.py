@@ -17,7 +17,8 @@ import functools
 import importlib
 import sys
 import types
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from r3l.envs.base import Verdict
 from r3l.envs.tool_calls import MAX_FEEDBACK_CLAUSES, Call
@@ -70,7 +71,7 @@ class _KeepNames(dict):
 
 def _import_with_stand_in() -> types.ModuleType:
     stand_in = types.ModuleType(_MODEL_CONFIG, "r3l stand-in: see r3l.envs.bfcl_checker.load_ast_checker")
-    stand_in.MODEL_CONFIG_MAPPING = _KeepNames()
+    stand_in.MODEL_CONFIG_MAPPING = _KeepNames()  # type: ignore[attr-defined]  # a module made here
     parent = importlib.import_module("bfcl_eval.constants")
     previous = sys.modules.get(_MODEL_CONFIG)
     sys.modules[_MODEL_CONFIG] = stand_in

@@ -12,8 +12,9 @@ import random
 import re
 import warnings
 from collections import Counter
+from collections.abc import Callable, Hashable
 from fractions import Fraction
-from typing import Any, Callable, Hashable
+from typing import Any
 
 from r3l.envs import register
 from r3l.envs.answer import extract_tagged
@@ -100,7 +101,7 @@ class CountdownEnv(ReasoningGymEnv):
 
     def _make_draw(self, config: dict[str, Any], max_draws: int) -> Callable[[int], Item | None]:
         if self.source_name() == "builtin":
-            warnings.warn("reasoning-gym is not installed; countdown uses its built-in task generator")
+            warnings.warn("reasoning-gym is not installed; countdown uses its built-in task generator", stacklevel=2)
             return _builtin_draw(self.seed, config)
         dataset = create_reasoning_gym_dataset(self.name, self.dataset_name, self.seed, max_draws, config)
 
@@ -139,7 +140,8 @@ def check_equation(completion: str, numbers: list[int], target: int) -> Verdict:
 
 def number_usage_problems(used: list[int | Fraction], given: list[int]) -> list[str]:
     """What is wrong with how `used` spends the multiset `given` ('uses 7 twice', 'does not use 3')."""
-    used_counts, given_counts = Counter(used), Counter(given)
+    used_counts = Counter(used)
+    given_counts: Counter[int | Fraction] = Counter(given)
     problems = []
     for number in dict.fromkeys([*used, *given]):  # first-seen order, no repeats
         times_used, times_given = used_counts[number], given_counts[number]

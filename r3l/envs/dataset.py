@@ -9,9 +9,10 @@ import importlib.util
 import json
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
@@ -89,13 +90,13 @@ class DatasetEnv(SingleTurnEnv):
 
     def verify(self, task: Task, completion: str) -> Verdict:
         if self._reward_fn is not None:
-            return self._verify_with_reward_fn(task, completion)
+            return self._verify_with_reward_fn(self._reward_fn, task, completion)
         assert self._verifier is not None
         return self._verifier(completion, str(task.answer), reveal_answer=self.reveal_answer_in_feedback)
 
-    def _verify_with_reward_fn(self, task: Task, completion: str) -> Verdict:
+    def _verify_with_reward_fn(self, reward_fn: RewardFn, task: Task, completion: str) -> Verdict:
         columns = {name: [value] for name, value in task.data["columns"].items()}
-        rewards = self._reward_fn([task.prompt], [completion], **columns)
+        rewards = reward_fn([task.prompt], [completion], **columns)
         reward = _single_reward(rewards, self.reward_fn_path)
         success = reward >= self.success_threshold
         relation = "reaches" if success else "is below"
@@ -192,7 +193,7 @@ def read_parquet(file: Path, label: str) -> list[Row]:
 
     try:
         records = pyarrow.parquet.read_table(file).to_pylist()
-    except Exception as error:  # pyarrow raises several types for unreadable files
+    except Exception as error:  # noqa: BLE001 - pyarrow raises several types for unreadable files
         raise UserError(f"{label}: cannot read parquet: {_one_line(error)}") from None
     return [Row(f"{label} row {index}", record) for index, record in enumerate(records, start=1)]
 
@@ -205,7 +206,7 @@ def read_hf_dataset(name: str) -> dict[str, list[Row]]:
     saved = (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
     try:
         loaded = datasets.load_from_disk(name) if saved else datasets.load_dataset(name)
-    except Exception as error:  # network, missing repo, bad folder: all reported the same way
+    except Exception as error:  # noqa: BLE001 - network, missing repo, bad folder: all reported the same way
         raise UserError(
             f"cannot load dataset '{name}': {_one_line(error)}; give a .jsonl/.json/.parquet "
             "file, a dataset folder or a Hugging Face dataset name"
@@ -254,7 +255,7 @@ def split_rows(splits: dict[str, list[Row]], test_fraction: float, seed: int) ->
     return rows[test_count:], rows[:test_count]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_reward_fn(spec: str) -> RewardFn:
     """Import 'package.module:function', 'package.module.function' or 'path/to/file.py:function'."""
     module_name, separator, function_name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
@@ -262,7 +263,7 @@ def load_reward_fn(spec: str) -> RewardFn:
         raise UserError(f"env.args.reward_fn '{spec}' must look like 'package.module:function'")
     try:
         module = _import_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
-    except Exception as error:  # the user's module may fail to import in any way
+    except Exception as error:  # noqa: BLE001 - the user's module may fail to import in any way
         raise UserError(f"cannot import env.args.reward_fn '{spec}': {_one_line(error)}") from None
     function = getattr(module, function_name, None)
     if not callable(function):
@@ -275,6 +276,8 @@ def _import_file(path: str):
     if not file.is_file():
         raise FileNotFoundError(f"no file {path}")
     spec = importlib.util.spec_from_file_location(f"r3l_reward_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -38,13 +38,14 @@ import json
 import math
 import random
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from r3l.envs import register
-from r3l.envs.dataset import file_stamp
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.bfcl_checker import load_ast_checker, official_verdict
+from r3l.envs.dataset import file_stamp
 from r3l.envs.tool_calls import (
     Call,
     ToolCallFormatError,
@@ -213,7 +214,7 @@ def bfcl_data_dir() -> str:
     spec = importlib.util.find_spec("bfcl_eval")
     if spec is None or not spec.submodule_search_locations:
         raise UserError(MISSING_BFCL)
-    folder = Path(list(spec.submodule_search_locations)[0]) / "data"
+    folder = Path(next(iter(spec.submodule_search_locations))) / "data"
     if not folder.is_dir():
         raise UserError(MISSING_BFCL)
     return str(folder)

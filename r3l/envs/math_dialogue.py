@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import inspect
 import string
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from r3l.envs import ENVS, _load_all, make, register
 from r3l.envs.base import Env, SingleTurnEnv, StepResult, Task
@@ -46,7 +47,9 @@ def check_template(template: Any) -> str:
     try:
         fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as error:
-        raise UserError(f"env.args.retry_message is not a valid template ({error}); write literal braces as {{{{ }}}}")
+        raise UserError(
+            f"env.args.retry_message is not a valid template ({error}); write literal braces as {{{{ }}}}"
+        ) from None
     unknown = sorted({name for name in fields if name not in PLACEHOLDERS})
     if unknown:
         raise UserError(
@@ -100,7 +103,7 @@ class MathDialogueEnv(Env):
         if not (isinstance(source_class, type) and issubclass(source_class, SingleTurnEnv)):
             single = [name for name, cls in ENVS if issubclass(cls, SingleTurnEnv)]
             raise UserError(f"env.args.source must be a single-turn environment ({', '.join(single)}), got '{source}'")
-        self.source: SingleTurnEnv = make(source, **source_settings(source_class, source_args))  # type: ignore
+        self.source: SingleTurnEnv = make(source, **source_settings(source_class, source_args))  # type: ignore[assignment]
         self.source_name = source
         self.max_attempts = max_attempts
         self.deterministic = self.source.deterministic

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where a constraint is made: `r3l envs` and `r3l config` need no torch
     from r3l.rollout.constraints import Constraint

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 MAX_LENGTH = 200
 MAX_EXPONENT = 64

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import random
 import shutil
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Env, StepResult, Task

@@ -11,8 +11,9 @@ full score), or after `max_steps` turns.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 from r3l.envs.base import Env, StepResult, Task
 from r3l.envs.feedback import episode_feedback

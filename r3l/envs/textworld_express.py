@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import random
 import shutil
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Task

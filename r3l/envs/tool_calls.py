@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from r3l.envs.base import Verdict
 
@@ -277,7 +278,7 @@ def verify_bfcl(
                 problems.append(f"unexpected argument '{argument}' for {name}")
                 continue
             acceptable = [choice for choice in spec[argument] if not _is_optional_marker(choice)]
-            schema = properties.get(argument) if isinstance(properties.get(argument), Mapping) else {}
+            schema = _property(properties, argument)
             if schema.get("type") == "integer" and isinstance(value, float):
                 problems.append(f"argument '{argument}' of {name} should be an integer, got {_show(value)}")
             elif not acceptable:
@@ -315,7 +316,7 @@ def bfcl_reference_calls(
         for argument, choices in spec.items():
             acceptable = [choice for choice in choices if not _is_optional_marker(choice)]
             if acceptable and (argument in required or not any(map(_is_optional_marker, choices))):
-                schema = properties.get(argument) if isinstance(properties.get(argument), Mapping) else {}
+                schema = _property(properties, argument)
                 arguments[argument] = _example(acceptable[0], schema)
         calls.append(Call(name, arguments))
     return calls
@@ -332,6 +333,12 @@ def _properties(schema: Mapping[str, Json] | None) -> Mapping[str, Json]:
     parameters = (schema or {}).get("parameters")
     properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
     return properties if isinstance(properties, Mapping) else {}
+
+
+def _property(properties: Mapping[str, Json], argument: str) -> Mapping[str, Json]:
+    """The schema of one argument ({} when the function's schema does not describe it)."""
+    schema = properties.get(argument)
+    return schema if isinstance(schema, Mapping) else {}
 
 
 def _required(schema: Mapping[str, Json] | None) -> list[str]:
@@ -428,11 +435,11 @@ def _judge(
     spare_calls = [i for i in range(len(calls)) if i not in match and i not in unknown]
     unpaired = []
     for j in (j for j in range(len(golds)) if j not in match.values()):
-        same_name = [i for i in spare_calls if problems[i][j] is not None]
+        same_name = [(i, found) for i in spare_calls if (found := problems[i][j]) is not None]
         if same_name:
-            best = min(same_name, key=lambda i: len(problems[i][j]))
+            best, best_problems = min(same_name, key=lambda pair: len(pair[1]))
             spare_calls.remove(best)
-            feedback += problems[best][j]
+            feedback += best_problems
         else:
             unpaired.append(j)
     for j in unpaired:

@@ -35,7 +35,6 @@ class Verifier(Protocol):
 VERIFIERS: Registry[Verifier] = Registry("verifier")
 
 
-@VERIFIERS.register("math")
 def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, require_tags: bool = False) -> Verdict:
     """The tagged answer, or without tags the whole reply, is mathematically equal to `gold`; a number when
     `gold` is one (without tags: the last \\boxed{} value, else the last number of the reply)."""
@@ -66,6 +65,9 @@ def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, requi
     return _success() if _math_verify(str(gold).strip(), answer) else _wrong(answer, gold, reveal_answer)
 
 
+VERIFIERS.register("math")(verify_math)  # not as a decorator: that would type the name as a plain Verifier
+
+
 @VERIFIERS.register("exact")
 def verify_exact(completion: str, gold: str, *, reveal_answer: bool = True) -> Verdict:
     """The tagged answer, stripped, equals `gold`, stripped."""
@@ -89,7 +91,7 @@ def verify_numeric(completion: str, gold: str, *, reveal_answer: bool = True) ->
     value = parse_number_literal(answer)
     if value is None:
         return _failure(_not_a_number(answer))
-    close = abs(value - expected) <= NUMERIC_TOLERANCE * max(1, abs(expected))
+    close = abs(value - expected) <= NUMERIC_TOLERANCE * max(Fraction(1), abs(expected))
     return _success() if close else _wrong(answer, gold, reveal_answer)
 
 

@@ -27,16 +27,17 @@ import random
 import re
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Task
 from r3l.envs.text_game import TextGameEnv, View, check_count
 from r3l.errors import UserError
 
-TEST_GOALS = range(0, 500)
+TEST_GOALS = range(500)
 FIRST_TRAIN_GOAL = 1500
 SEARCH_FORM = "search[<keywords>]"
 OBSERVATION_MODES = ("text", "text_rich")

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from r3l.config import format_validation_error
-from r3l.errors import UserError
-
 from r3l.agent.episodes import AgentLimits, EpisodeRunner
+from r3l.config import format_validation_error
 from r3l.envs import Env, Task
+from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.registry import Registry, import_submodules
 from r3l.rollout.chat import PromptFormat

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from r3l.agent.episodes import EpisodeStart, trainable
 from r3l.agent.records import episode_metrics, trajectory_experience

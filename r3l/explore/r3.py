@@ -3,10 +3,10 @@ and reward only the reflection tokens with the second attempt's binary success (
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from statistics import mean
-from typing import Sequence
 
 from pydantic import Field
 
@@ -54,6 +54,7 @@ def retry_experience(retry: Retry, group: str) -> Experience:
 @STRATEGIES.register("r3")
 class R3Strategy(Strategy):
     Settings = R3Settings
+    settings: R3Settings
 
     def __init__(self, context, **settings):
         super().__init__(context, **settings)

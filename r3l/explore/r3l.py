@@ -11,9 +11,10 @@ Switches (algorithm.strategy_args): `reflect_retry` (off: every episode is a bas
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from statistics import mean
-from typing import Literal, Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -143,6 +144,7 @@ def group_contiguous(groups: Sequence[Sequence[BaseRun]], fills: Sequence[BaseRu
 @STRATEGIES.register("r3l")
 class R3LStrategy(Strategy):
     Settings = R3LSettings
+    settings: R3LSettings
 
     def __init__(self, context, **settings):
         super().__init__(context, **settings)
@@ -258,15 +260,19 @@ class R3LStrategy(Strategy):
             if s.fill_unused_slots == "fresh":
                 fills += [(group[0], n) for n in range(n_retry - len(picked))]
         from_pivot = s.retry_from == "pivot" and self.runner.retry_from_pivot
-        starts = [
-            EpisodeStart(
-                run.task,
-                run.episode,
-                run.reflection.report.retry_from_step if from_pivot else 0,
-                build_guidance(run.reflection.report, self.guidance_template),
+        starts = []
+        for run in chosen:
+            # choose_retries takes runs that want a retry: each has a report that names a step
+            report = run.reflection.report if run.reflection is not None else None
+            assert report is not None and report.retry_from_step is not None
+            starts.append(
+                EpisodeStart(
+                    run.task,
+                    run.episode,
+                    report.retry_from_step if from_pivot else 0,
+                    build_guidance(report, self.guidance_template),
+                )
             )
-            for run in chosen
-        ]
         starts += [EpisodeStart(first.task) for first, _ in fills]
         if not starts:
             return Counter(), []
@@ -320,10 +326,11 @@ class R3LStrategy(Strategy):
         experience = trajectory_experience(run.episode, run.group, "base", run=run.run)
         if run.reflection is not None:
             experience.meta["reflection"] = run.reflection.completion.text
-            if run.reflection.report is not None:
-                experience.meta["report"] = asdict(run.reflection.report)
+            result = run.reflection.result
+            if isinstance(result, Report):
+                experience.meta["report"] = asdict(result)
             else:
-                experience.meta["report_error"] = run.reflection.result.reason_code
+                experience.meta["report_error"] = result.reason_code
         if run.retries:  # the shared prefix is the one of its (first) retry
             pivot = run.retries[0].start.pivot
             experience.pivot = pivot
@@ -354,14 +361,16 @@ class R3LStrategy(Strategy):
         return experience
 
     def _reflection_sft(self, run: BaseRun, reward: float, of: str = "reflection") -> Experience:
-        conversation = run.reflection.prompt.copy()
-        conversation.add_assistant(run.reflection.completion, trained=True)
+        reflection = run.reflection
+        assert reflection is not None  # a run with an improving retry, or a perfect report, was reflected on
+        conversation = reflection.prompt.copy()
+        conversation.add_assistant(reflection.completion, trained=True)
         return conversation_experience(
             conversation,
             run.group,
             "sft",
             reward,
-            run.reflection.completion.text,
+            reflection.completion.text,
             objective="sft",
             advantage=self.settings.sft_weight,
             task_id=run.task.id,
@@ -393,14 +402,14 @@ class R3LStrategy(Strategy):
         runs = [run for group in groups for run in group]
         bases = [run.episode for run in runs]
         metrics = episode_metrics([[run.episode for run in group] for group in groups])
-        reflected = [run for run in runs if run.reflection is not None]
+        reflected = [(run, run.reflection) for run in runs if run.reflection is not None]
         stats = ReportStats()
-        stats.extend(run.reflection.result for run in reflected)
+        stats.extend(reflection.result for _, reflection in reflected)
         metrics.update(stats.metrics())
-        agreement = outcome_agreement((run.reflection.result, run.episode.success) for run in reflected)
+        agreement = outcome_agreement((reflection.result, run.episode.success) for run, reflection in reflected)
         if agreement is not None:
             metrics["report_outcome_agreement"] = agreement
-        reflection_tokens = {id(run): len(run.reflection.completion.tokens) for run in reflected}
+        reflection_tokens = {id(run): len(reflection.completion.tokens) for run, reflection in reflected}
         metrics["reflection_length"] = sum(reflection_tokens.values()) / max(1, len(reflected))
         retries = [(run, retry) for run in runs for retry in run.retries]
         metrics["replay_mismatches"] = float(lost["replay_mismatch"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -22,13 +22,13 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
     `loss_mask` (what is trained) is kept apart from `attention_mask` (what is real input).
     """
     width = max(len(e.tokens) for e in experiences)
-    batch = len(experiences)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch, width), dtype=torch.long)
-    loss_mask = torch.zeros((batch, width), dtype=torch.float32)
-    gen_logprobs = torch.zeros((batch, width), dtype=torch.float32)
-    advantages = torch.zeros((batch, width), dtype=torch.float32)
-    in_context = torch.zeros((batch, width), dtype=torch.float32)
+    rows = len(experiences)
+    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((rows, width), dtype=torch.long)
+    loss_mask = torch.zeros((rows, width), dtype=torch.float32)
+    gen_logprobs = torch.zeros((rows, width), dtype=torch.float32)
+    advantages = torch.zeros((rows, width), dtype=torch.float32)
+    in_context = torch.zeros((rows, width), dtype=torch.float32)
     for row, experience in enumerate(experiences):
         n = len(experience.tokens)
         input_ids[row, :n] = torch.tensor(experience.tokens, dtype=torch.long)

@@ -6,8 +6,9 @@ import copy
 import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -82,7 +83,7 @@ def save_checkpoint(
         if write_sharded is not None:
             write_sharded(partial / SHARDED_DIR)
         torch.save({**state, "step": step, "rng": rng_state()}, partial / STATE_FILE)
-    except Exception as error:  # a full disk, a vanished directory: safetensors and torch raise their own types
+    except Exception as error:  # noqa: BLE001 - a full disk, a vanished directory: safetensors and torch raise their own types
         shutil.rmtree(partial, ignore_errors=True)
         kept = latest_checkpoint(run_dir)
         raise RunStopped(
@@ -91,9 +92,8 @@ def save_checkpoint(
             f"fix the run directory, then r3l train --resume {run_dir}"
         ) from None
     failpoint("checkpoint_written")
-    replaced = (
-        root / f".step_{step:06d}.replaced"
-    )  # a checkpoint of the same step is only dropped once the new one is in
+    # a checkpoint of the same step is only dropped once the new one is in
+    replaced = root / f".step_{step:06d}.replaced"
     shutil.rmtree(replaced, ignore_errors=True)
     if final.exists():
         final.rename(replaced)
@@ -107,10 +107,10 @@ def save_checkpoint(
     os.replace(temporary, link)
     shutil.rmtree(replaced, ignore_errors=True)
     failpoint("checkpoint_linked")
-    kept = sorted(root.glob("step_*"))
-    for old in kept[:-keep]:
+    steps = sorted(root.glob("step_*"))
+    for old in steps[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-    for older in kept[-keep:-1]:
+    for older in steps[-keep:-1]:
         (older / OPTIMIZER_FILE).unlink(missing_ok=True)
         shutil.rmtree(older / SHARDED_DIR, ignore_errors=True)
     return final
@@ -145,5 +145,5 @@ def read_checkpoint_file(path: Path) -> Any:
     """torch.load of a checkpoint file; a damaged or truncated file is one clear UserError naming it."""
     try:
         return torch.load(path, weights_only=False)
-    except Exception as error:  # a damaged file raises whatever the unpickler trips on
+    except Exception as error:  # noqa: BLE001 - a damaged file raises whatever the unpickler trips on
         raise unreadable(path, error) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -14,6 +14,7 @@ from r3l.algorithms.rollout_correction import ROLLOUT_CORRECTIONS, mismatch_metr
 from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
 from r3l.errors import UserError
 from r3l.experience import Experience
+from r3l.learner.attention import attention_kernel, avoid_cudnn_attention
 from r3l.learner.batching import (
     collate,
     collate_shared_prefix,
@@ -22,7 +23,6 @@ from r3l.learner.batching import (
     prefix_micro_batches,
     shared_prefix_length,
 )
-from r3l.learner.attention import attention_kernel, avoid_cudnn_attention
 from r3l.learner.checkpoint import OPTIMIZER_FILE
 from r3l.learner.schedule import make_scheduler
 from r3l.models.cache import cache_of, with_cache
@@ -416,8 +416,8 @@ class Learner:
             (loss * self.ranks.backward_scale if self.ranks is not None else loss).backward()
         elif self.ranks is not None:
             backward_adding_nothing(loss)
-        for key, value in forward_work(batch).items():
-            sums[f"work:{key}"] += value
+        for key, work in forward_work(batch).items():
+            sums[f"work:{key}"] += work
         if not first_pass:
             return finite
         count = float(mask.sum())

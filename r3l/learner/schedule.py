@@ -21,5 +21,5 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int, kind: str, min_fac
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float, kind: str):
-    warmup = int(round(warmup_ratio * total_steps))
+    warmup = round(warmup_ratio * total_steps)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total_steps, warmup, kind))

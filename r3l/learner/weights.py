@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
 
 import torch
 
@@ -38,7 +38,7 @@ def load_weights(model, checkpoint: Path) -> None:
     path = checkpoint / "adapter" / "adapter_model.safetensors" if lora else checkpoint / "model" / "model.safetensors"
     try:
         state = load_file(str(path))
-    except Exception as error:  # missing, truncated or not safetensors at all
+    except Exception as error:  # noqa: BLE001 - missing, truncated or not safetensors at all
         raise unreadable(path, error) from None
     mismatch = (
         "was written for a different model; resume with the config saved in the run directory "
@@ -51,8 +51,9 @@ def load_weights(model, checkpoint: Path) -> None:
             result = set_peft_model_state_dict(model, state)
         except RuntimeError as error:  # shapes that do not fit
             raise UserError(f"{path} {mismatch} ({str(error).splitlines()[0][:160]})") from None
-        if result.unexpected_keys:
-            raise UserError(f"{path} {mismatch} (unexpected {result.unexpected_keys[:3]})")
+        unexpected_keys = result.unexpected_keys  # type: ignore[attr-defined]  # peft's return annotation is broken
+        if unexpected_keys:
+            raise UserError(f"{path} {mismatch} (unexpected {unexpected_keys[:3]})")
         return
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)

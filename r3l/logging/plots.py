@@ -12,12 +12,16 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from r3l.errors import UserError
 from r3l.logging.sinks import METRICS_FILE, read_metrics
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType
 
 BENCH_FILE = "bench.json"
 PLOTS_DIR = "plots"
@@ -469,7 +473,7 @@ def _draw(
     )
 
 
-def _line_entry(colour: str, style: str, label: str) -> Any:
+def _line_entry(colour: str, style: LineStyleType, label: str) -> Any:
     from matplotlib.lines import Line2D
 
     return Line2D([], [], color=colour, linestyle=style, linewidth=1, label=label)
@@ -647,7 +651,7 @@ def render_report(run_dir: Path) -> list[Path]:
             written.append(pivots)
 
     if bench_path.is_file():
-        path = _render_bench(bench_path, out_dir)
-        if path is not None:
-            written.append(path)
+        bench_plot = _render_bench(bench_path, out_dir)
+        if bench_plot is not None:
+            written.append(bench_plot)
     return written

@@ -55,7 +55,7 @@ def _fmt(value: Any) -> str:
 
 
 def _fmt_duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
@@ -72,7 +72,8 @@ def summarize(metrics: dict[str, Any]) -> str:
 
 
 class TrainProgress:
-    """Progress of a training run from start_step to total_steps; use as `with TrainProgress(n) as p: p.update(step, m)`.
+    """Progress of a training run from start_step to total_steps; use as
+    `with TrainProgress(n) as p: p.update(step, m)`.
 
     On a terminal (and enabled) it draws a live rich bar; otherwise each update prints one line
     `step 12/100 | reward 0.41 | success 0.25 | tok/s 1,534 | eta 3:12`.
@@ -135,7 +136,7 @@ class TrainProgress:
             self._progress.stop()
             self._progress = None
 
-    def __enter__(self) -> "TrainProgress":
+    def __enter__(self) -> TrainProgress:
         self._t0 = time.monotonic()
         self._start()
         return self

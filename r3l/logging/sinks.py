@@ -47,11 +47,11 @@ class JsonlSink:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the run; close() closes it
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Non-finite values are written as null and their keys listed under "nonfinite" (never dropped)."""
-        row = {"step": int(step), "time": time.time()}
+        row: dict[str, Any] = {"step": int(step), "time": time.time()}
         values = {k: _finite_or_none(v) for k, v in metrics.items()}
         row.update(values)
         nonfinite = sorted(k for k, v in values.items() if v is None and metrics[k] is not None)
@@ -138,7 +138,7 @@ class MetricsLogger:
         for sink in sinks:
             sink.close()
 
-    def __enter__(self) -> "MetricsLogger":
+    def __enter__(self) -> MetricsLogger:
         return self
 
     def __exit__(self, *exc: object) -> None:

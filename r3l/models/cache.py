@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import inspect
-from functools import lru_cache
+from functools import cache
+from typing import Any
 
 
-@lru_cache(maxsize=None)
-def _cache_argument(forward_owner: type) -> str:
+@cache
+def _cache_argument(forward_owner: Any) -> str:
     parameters = inspect.signature(forward_owner.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
 
 
 def with_cache(module, cache) -> dict:
     """Keyword arguments that hand `cache` to `module`'s forward."""
-    return {_cache_argument(type(module)): cache}
+    return {_cache_argument(type(module)): cache}  # type: ignore[arg-type]  # mypy: a class is not Hashable
 
 
 def cache_of(output):

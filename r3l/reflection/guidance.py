@@ -7,8 +7,8 @@ replacement, so braces in rules, logs or model text are left alone.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Sequence
 
 from r3l.reflection.prompts import read_template
 from r3l.reflection.report import Report

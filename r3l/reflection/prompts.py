@@ -33,7 +33,7 @@ class ReflectionPrompts:
     @classmethod
     def load(
         cls, reflect_path: str | None = None, retry_path: str | None = None, include_feedback: bool = False
-    ) -> "ReflectionPrompts":
+    ) -> ReflectionPrompts:
         return cls(
             read_template(reflect_path, "r3_reflect.txt"), read_template(retry_path, "r3_retry.txt"), include_feedback
         )

@@ -8,7 +8,6 @@ import json
 from r3l.reflection.report import OUTCOMES, REPORT_KEYS
 from r3l.rollout.constraints import Constraint
 
-
 SKELETON_TOKENS = 64  # the keys, quotes, separators, outcome and step of a report, generously
 
 

@@ -13,7 +13,7 @@ class PromptFormat:
     few_shot: tuple[tuple[str, str], ...] = ()  # (role, content) pairs
 
     @classmethod
-    def from_config(cls, env_config) -> "PromptFormat":
+    def from_config(cls, env_config) -> PromptFormat:
         return cls(env_config.system_prompt, tuple((m.role, m.content) for m in env_config.few_shot))
 
     def messages(self, user_message: str, env_system_prompt: str | None = None) -> list[dict[str, str]]:

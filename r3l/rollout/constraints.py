@@ -10,8 +10,9 @@ trained is the one the token was sampled with, log p(token | allowed) = logit - 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 
@@ -44,7 +45,7 @@ class TokenMasks:
     def __len__(self) -> int:
         return len(self.positions)
 
-    def after(self, cut: int) -> "TokenMasks":
+    def after(self, cut: int) -> TokenMasks:
         """The masks of positions >= `cut`, renumbered from `cut`."""
         kept = [(p - cut, r) for p, r in zip(self.positions, self.rows) if p >= cut]
         return TokenMasks([p for p, _ in kept], [r for _, r in kept], self.table)
@@ -132,7 +133,7 @@ class Constrainer:
             return self._compiler.compile_json_schema(constraint.spec, any_whitespace=False, separators=(",", ":"))
         return self._compiler.compile_grammar(constraint.spec)
 
-    def follower(self, constraint: Constraint) -> "Follower":
+    def follower(self, constraint: Constraint) -> Follower:
         return Follower(self._xgr.GrammarMatcher(self.compiled(constraint)), self._xgr, self.words)
 
     def replay(self, constraint: Constraint, tokens: Sequence[int]) -> tuple[TokenMasks, bool]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import Any
 
 from r3l.rollout.chat import encode_prompt
 from r3l.rollout.constraints import TokenMasks
@@ -19,7 +20,7 @@ _SENTINEL = "\u2063R3L-TURN-END\u2063"
 
 @dataclass
 class TokenConversation:
-    tokenizer: object
+    tokenizer: Any
     messages: list[dict[str, str]]
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -32,13 +33,13 @@ class TokenConversation:
     _turn_ends: list[tuple[int, str]] = field(default_factory=list)
 
     @classmethod
-    def start(cls, tokenizer, messages: list[dict[str, str]], tokens: list[int] | None = None) -> "TokenConversation":
+    def start(cls, tokenizer, messages: list[dict[str, str]], tokens: list[int] | None = None) -> TokenConversation:
         """The prompt (messages + assistant header), ready for the first assistant turn; pass `tokens` when the
         prompt is already encoded."""
         tokens = list(tokens) if tokens is not None else encode_prompt(tokenizer, messages)
         return cls(tokenizer, list(messages), tokens, [0.0] * len(tokens), [0] * len(tokens))
 
-    def copy(self) -> "TokenConversation":
+    def copy(self) -> TokenConversation:
         return TokenConversation(
             self.tokenizer,
             copy.deepcopy(self.messages),
@@ -51,7 +52,7 @@ class TokenConversation:
             list(self._turn_ends),
         )
 
-    def before_turn(self, turn: int) -> "TokenConversation":
+    def before_turn(self, turn: int) -> TokenConversation:
         """A copy cut just before assistant turn `turn` (0-based): every token up to that turn's first one,
         so it is token-identical to this conversation there, ready for the model to write that turn again."""
         if not 0 <= turn < len(self.turn_spans):
@@ -70,7 +71,7 @@ class TokenConversation:
             list(self._turn_ends[:turn]),
         )
 
-    def after_turn(self, turn: int) -> "TokenConversation":
+    def after_turn(self, turn: int) -> TokenConversation:
         """A copy cut right after assistant turn `turn` (0-based), ready for `add_user`."""
         if not 0 <= turn < len(self.turn_spans):
             raise IndexError(f"turn {turn} is outside [0, {len(self.turn_spans)})")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from r3l.registry import Registry
 from r3l.rollout.constraints import Constraint, TokenMasks
 
-Constraints = Optional[Sequence[Optional[Constraint]]]
+Constraints = Sequence[Constraint | None] | None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 
@@ -114,11 +115,11 @@ class HFGenerator(Generator):
             chunk = list(prompts[first : first + self.prefill_chunk])
             draws = RowDraws(seeds[first * n : (first + self.prefill_chunk) * n], self.device)
             if free and self.static is not None:  # the static cache decodes free text only
-                pieces = self._generate_chunk_static(chunk, params, n, draws)
+                pieces = self._generate_chunk_static(self.static, chunk, params, n, draws)
             else:
                 followers = (
                     None
-                    if free
+                    if constraints is None or free
                     else [
                         None if c is None else self.constrainer.follower(c)
                         for c in constraints[first : first + self.prefill_chunk]
@@ -133,12 +134,16 @@ class HFGenerator(Generator):
 
     def _constrain(self, logits: torch.Tensor, live: list[int], followers: list[Follower | None]) -> torch.Tensor:
         """The rows' logits with what each row's grammar forbids at its next position set to -inf."""
-        rows = [index for index, row in enumerate(live) if followers[row] is not None and not followers[row].broken]
-        if not rows:
+        active = {
+            index: follower
+            for index, row in enumerate(live)
+            if (follower := followers[row]) is not None and not follower.broken
+        }
+        if not active:
             return logits
         bitmask = torch.full((len(live), self.constrainer.words), -1, dtype=torch.int32)
-        for index in rows:
-            bitmask[index] = followers[live[index]].fill()
+        for index, follower in active.items():
+            bitmask[index] = follower.fill()
         logits = logits.float()
         self.constrainer.apply(logits, bitmask)
         return logits
@@ -179,7 +184,7 @@ class HFGenerator(Generator):
             live = rows.tolist()
             if followers is not None:
                 logits = self._constrain(logits, live, followers)
-            chosen, chosen_logprobs = sample_next(logits, params, lambda: draws.uniform(live))
+            chosen, chosen_logprobs = sample_next(logits, params, partial(draws.uniform, live))
             keep = []
             for index, row in enumerate(live):
                 token = int(chosen[index])
@@ -219,9 +224,9 @@ class HFGenerator(Generator):
                 self._stats["constraint_breaks"] += followers[row].broken
             yield row, completion
 
-    def _generate_chunk_static(self, prompts, params: SamplingParams, n: int, draws: RowDraws):
+    def _generate_chunk_static(self, static: StaticDecoder, prompts, params: SamplingParams, n: int, draws: RowDraws):
         stop = params.stop
-        result = self.static.run(
+        result = static.run(
             prompts,
             n,
             self.tokenizer.pad_token_id,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -25,7 +25,7 @@ def row_seeds(seed: int | None, prompts: Sequence[Sequence[int]], n: int = 1) ->
     if seed is None:
         return [None] * (len(prompts) * n)
     seen: Counter = Counter()
-    seeds = []
+    seeds: list[int | None] = []
     for prompt in prompts:
         key = array("q", prompt).tobytes()
         for _ in range(n):

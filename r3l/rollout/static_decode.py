@@ -8,8 +8,10 @@ the cache length to a power of two, so a run compiles a handful of shapes, not o
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import torch
 
@@ -49,7 +51,8 @@ class StaticDecoder:
             on_gpu = next(model.parameters()).device.type == "cuda"
             step = torch.compile(step, mode="reduce-overhead" if on_gpu else "default", fullgraph=True, dynamic=False)
         self._step = step
-        self._caches: dict[tuple[int, int], object] = {}  # one per shape: a CUDA graph replays fixed addresses
+        # a transformers StaticCache per shape: a CUDA graph replays fixed addresses
+        self._caches: dict[tuple[int, int], Any] = {}
 
     def _logits(self, input_ids, attention_mask, position_ids, cache):
         output = self.model(
@@ -115,7 +118,7 @@ class StaticDecoder:
         feed = torch.full((slots, 1), pad, dtype=torch.long, device=device)
         for step in range(params.max_new_tokens):
             live = [row for row in range(rows) if row not in result.finished]
-            chosen, chosen_logprobs = sample(logits[live].float(), params, lambda: draws.uniform(live))
+            chosen, chosen_logprobs = sample(logits[live].float(), params, partial(draws.uniform, live))
             for row, token, logprob in zip(live, chosen.tolist(), chosen_logprobs.tolist()):
                 result.tokens[row].append(token)
                 result.logprobs[row].append(logprob)

@@ -14,8 +14,9 @@ import shutil
 import tempfile
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -31,7 +32,10 @@ MISSING = (
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 # The engine shares the machine with the learner: left to itself vLLM takes most of the memory for its KV cache
 # (20 of 24 GiB on a CPU here, and the run was killed). generator.engine_args override these.
-COLOCATED = {"cpu": {"kv_cache_memory_bytes": 2 << 30}, "cuda": {"gpu_memory_utilization": 0.4}}
+COLOCATED: dict[str, dict[str, Any]] = {
+    "cpu": {"kv_cache_memory_bytes": 2 << 30},
+    "cuda": {"gpu_memory_utilization": 0.4},
+}
 
 
 def engine_decode_counters(prompt_lengths: Sequence[int], completion_lengths: Sequence[int]) -> dict[str, int]:
@@ -192,14 +196,15 @@ class VLLMGenerator(Generator):
         seeds = row_seeds(params.seed, prompts, n)
         rows = [(index, sample) for index in fits for sample in range(per_prompt)]
         requests = [TokensPrompt(prompt_token_ids=list(prompts[index])) for index, _ in rows]
-        constraint_of = (lambda index: None) if unconstrained(constraints) else (lambda index: constraints[index])
-        sampling = [self._sampling(params, seeds[index * n + sample], constraint_of(index)) for index, sample in rows]
+        constraint_of = [None] * len(prompts) if constraints is None or unconstrained(constraints) else constraints
+        sampling = [self._sampling(params, seeds[index * n + sample], constraint_of[index]) for index, sample in rows]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False) if requests else []
         results = [[Completion([], [], "", "length") for _ in range(n)] for _ in prompts]
         for (index, sample), output in zip(rows, outputs):
             completion = self._completion(output.outputs[0])
-            if constraint_of(index) is not None:  # the masks the engine sampled under, for the learner
-                completion.allowed, followed = self.constrainer.replay(constraint_of(index), completion.tokens)
+            constraint = constraint_of[index]
+            if constraint is not None:  # the masks the engine sampled under, for the learner
+                completion.allowed, followed = self.constrainer.replay(constraint, completion.tokens)
                 self._stats["constraint_breaks"] += not followed
             if greedy:
                 results[index] = [

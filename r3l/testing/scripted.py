@@ -17,8 +17,8 @@ import hashlib
 import itertools
 import json
 import re
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import torch
 
