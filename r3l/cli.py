@@ -310,9 +310,11 @@ def config(args: list[str] | None = typer.Argument(None, help=ARGS_HELP)):
 
 def main() -> None:
     from r3l.memory import limit_onednn_cache
+    from r3l.threads import apply_openmp_wait_defaults
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     limit_onednn_cache()
+    apply_openmp_wait_defaults()
     # click's exceptions (typer's own copy of click in typer 0.20 and later), found without naming the module
     usage_error: Any = next(kind for kind in typer.BadParameter.__mro__ if kind.__name__ == "ClickException")
     try:
