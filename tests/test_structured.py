@@ -113,6 +113,9 @@ def test_grammars_admit_what_they_should_and_nothing_else(constrainer, tiny):
     assert follows(constrainer, action, '<think></think><action>take "key"</action>', tokenizer)
     assert not follows(constrainer, action, "<think>go in</think><action>open window</action>", tokenizer)
     assert not follows(constrainer, action, "<think>" + "x" * 13 + "</think>", tokenizer)
+    assert follows(constrainer, action, "<think>go in</think>\n\n<action>open door</action>", tokenizer)
+    # no room for a model to spend its budget on blank lines between the two tags
+    assert not follows(constrainer, action, "<think>go in</think>\n \n<action>open door</action>", tokenizer)
     answer = answer_constraint("answer", NUMBER, ReplyFormat(think_chars=None))
     assert follows(constrainer, answer, "so it is <answer>-12.5</answer>", tokenizer)
     assert not follows(constrainer, answer, "<answer>twelve</answer>", tokenizer)

@@ -40,7 +40,7 @@ def tagged_action_grammar(actions: Sequence[str], reply: ReplyFormat) -> str:
     choices = " | ".join(literal(action) for action in dict.fromkeys(actions))
     return (
         f"root ::= {literal(f'<{reply.think_tag}>')} {free_text(reply.think_chars)} "
-        f"{literal(f'</{reply.think_tag}>')} [ \\n]* {literal(f'<{reply.action_tag}>')} ({choices}) "
+        f"{literal(f'</{reply.think_tag}>')} [ \\n]{{0,2}} {literal(f'<{reply.action_tag}>')} ({choices}) "
         f"{literal(f'</{reply.action_tag}>')}"
     )
 
