@@ -227,6 +227,11 @@ class TrainConfig(Section):
         description="newest checkpoints kept; only the newest keeps the "
         "optimizer state (resume), older ones keep their weights (eval)",
     )
+    keep_optimizer: bool = Field(
+        False,
+        description="keep the optimizer state in a finished run's last checkpoint (to train it further with "
+        "--resume and more steps); dropped by default: it is twice the weights' size",
+    )
     release_free_memory: bool = Field(
         True,
         description="hand the allocator's free pages back to the system after "

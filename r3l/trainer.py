@@ -19,7 +19,13 @@ from r3l.errors import Interrupted, RunStopped, UserError
 from r3l.evaluate import held_out_evaluation, r3_table
 from r3l.experience import write_jsonl
 from r3l.faults import failpoint
-from r3l.learner.checkpoint import latest_checkpoint, load_trainer_state, restore_rng, save_checkpoint
+from r3l.learner.checkpoint import (
+    drop_optimizer_state,
+    latest_checkpoint,
+    load_trainer_state,
+    restore_rng,
+    save_checkpoint,
+)
 from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console
@@ -348,4 +354,7 @@ class Trainer:
             "eval_after": self.history.get("eval_after"),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        final = latest_checkpoint(self.run_dir)  # after summary.json, so a run cut off here is finished, not resumable
+        if final is not None and not config.train.keep_optimizer:
+            drop_optimizer_state(final)
         return summary

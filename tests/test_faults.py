@@ -40,7 +40,9 @@ def test_kill_nine_ten_times_then_resume_gives_the_uninterrupted_weights(tmp_pat
     reference = run_cli("train", *TINY, f"run.dir={tmp_path}", "run.name=whole", cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-2000:]
     run_dir = tmp_path / "killed"
-    first = launch(["train", *TINY, f"run.dir={tmp_path}", "run.name=killed"], tmp_path, FAILPOINTS[0])
+    # the optimizer state kept: a run may finish inside the loop, and each turn loads its latest checkpoint
+    first = launch(["train", *TINY, f"run.dir={tmp_path}", "run.name=killed", "train.keep_optimizer=true"], tmp_path,
+                   FAILPOINTS[0])
     assert first.wait(timeout=600) == -9
     kills, steps = [FAILPOINTS[0]], [load_trainer_state(latest_checkpoint(run_dir))["step"]]
     draw = random.Random(0)
@@ -67,7 +69,8 @@ def test_kill_nine_ten_times_then_resume_gives_the_uninterrupted_weights(tmp_pat
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
-    result = run_cli("train", *TINY[:-2], "train.steps=2", f"run.dir={root}", "run.name=run", cwd=root)
+    result = run_cli("train", *TINY[:-2], "train.steps=2", f"run.dir={root}", "run.name=run", "train.keep_optimizer=true",
+                     cwd=root)
     assert result.returncode == 0, result.stderr[-2000:]
     return root / "run"
 

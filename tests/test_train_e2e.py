@@ -45,7 +45,7 @@ def test_rollout_dump_matches_the_experience_record(tmp_path):
 def test_train_dump_resume_eval_report(tmp_path):
     run_dir = tmp_path / "runs" / "tiny"
     result = run_cli("train", *TINY, "train.steps=2", "train.checkpoint_every=1", f"run.dir={tmp_path / 'runs'}",
-                     "run.name=tiny", "--dump-experiences", cwd=tmp_path)
+                     "run.name=tiny", "--dump-experiences", "train.keep_optimizer=true", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["step"] == 2 and summary["eval_before"]["total"] == 4
@@ -55,7 +55,8 @@ def test_train_dump_resume_eval_report(tmp_path):
     assert all(m["forward_positions"] > 0 for m in metrics if "train_tokens_per_s" in m)  # measured work only
     assert all("train_tokens_per_s" not in m for m in metrics if not m.get("forward_positions"))
     assert (run_dir / "checkpoints" / "latest" / "model" / "config.json").exists()
-    # one checkpoint by default (train.keep_checkpoints=1), with the optimizer state resume needs
+    # one checkpoint by default (train.keep_checkpoints=1), with the optimizer state (asked for: a finished run
+    # drops it by default) that training it further needs
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000002"]
     assert (run_dir / "checkpoints" / "step_000002" / "optimizer.pt").exists()
 
@@ -89,6 +90,8 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
               "eval.size=0", "train.lr=1e-3", "train.schedule=cosine", f"run.dir={tmp_path}"]
     straight = run_cli("train", *common, "train.steps=4", "run.name=straight", cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr
+    finished = tmp_path / "straight" / "checkpoints" / "latest"  # a finished run keeps weights, not the optimizer
+    assert (finished / "model" / "model.safetensors").exists() and not (finished / "optimizer.pt").exists()
 
     interrupted = subprocess.Popen([sys.executable, "-m", "r3l.cli", "train", *common, "train.steps=4",
                                     "run.name=split"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -111,9 +111,14 @@ def save_checkpoint(
     for old in steps[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     for older in steps[-keep:-1]:
-        (older / OPTIMIZER_FILE).unlink(missing_ok=True)
-        shutil.rmtree(older / SHARDED_DIR, ignore_errors=True)
+        drop_optimizer_state(older)
     return final
+
+
+def drop_optimizer_state(checkpoint: Path) -> None:
+    """What only resuming needs goes: the optimizer state, whole or sharded; the weights and the trainer state stay."""
+    (checkpoint / OPTIMIZER_FILE).unlink(missing_ok=True)
+    shutil.rmtree(checkpoint / SHARDED_DIR, ignore_errors=True)
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
@@ -122,8 +127,8 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     optimizer, sharded = checkpoint / OPTIMIZER_FILE, checkpoint / SHARDED_DIR
     if not optimizer.exists() and not sharded.is_dir():
         raise UserError(
-            f"{checkpoint} has no {OPTIMIZER_FILE} (only the newest checkpoint keeps it); "
-            "resume from the run's latest checkpoint"
+            f"{checkpoint} has no {OPTIMIZER_FILE}: only the newest checkpoint of an unfinished run keeps it "
+            "(a finished run drops it unless train.keep_optimizer=true); resume from the run's latest checkpoint"
         )
     state = read_checkpoint_file(checkpoint / STATE_FILE)
     if not isinstance(state, dict) or "step" not in state or "rng" not in state:
