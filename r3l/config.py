@@ -237,6 +237,13 @@ class TrainConfig(Section):
         description="hand the allocator's free pages back to the system after "
         "each step (glibc malloc_trim), so resident memory shows what the run holds",
     )
+    mmap_threshold_kib: int | None = Field(
+        None,
+        gt=0,
+        description="glibc: blocks of at least this many KiB are mapped apart and returned to the system when "
+        "freed (no heap fragmentation, at the cost of fresh pages for each); unset: glibc's own sliding threshold "
+        "(docs/BENCH.md, Memory)",
+    )
     max_nonfinite_updates: int = Field(
         3,
         gt=0,

@@ -48,14 +48,40 @@ def memory_metrics() -> dict[str, float]:
 
 
 @lru_cache(maxsize=1)
-def _malloc_trim():
+def _glibc():
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to trim
+    except OSError:
         return None
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None  # not glibc: musl, ...
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    libc = _glibc()
+    return None if libc is None else libc.malloc_trim
+
+
+MMAP_THRESHOLD_ENV = "MALLOC_MMAP_THRESHOLD_"  # glibc's own setting, read when a process starts
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+
+
+def map_large_blocks(threshold_bytes: int) -> bool:
+    """Serve every block of at least `threshold_bytes` by its own mapping, handed back when freed (glibc; False
+    elsewhere). glibc's default threshold slides up to 32 MiB as blocks are freed, after which mid-sized tensors
+    come from the heap and its holes: under gradient checkpointing that left 5.4 GB resident that nothing used
+    (docs/BENCH.md, Memory). Child processes (rollout workers, learner ranks) get it through the environment."""
+    os.environ[MMAP_THRESHOLD_ENV] = str(threshold_bytes)
+    mallopt = _mallopt()
+    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, threshold_bytes))
+
+
+@lru_cache(maxsize=1)
+def _mallopt():
+    libc = _glibc()
+    return None if libc is None else libc.mallopt
 
 
 def release_free_memory() -> bool:

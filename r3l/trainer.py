@@ -29,7 +29,7 @@ from r3l.learner.checkpoint import (
 from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console
-from r3l.memory import memory_metrics, release_free_memory
+from r3l.memory import map_large_blocks, memory_metrics, release_free_memory
 from r3l.rollout.chat import PromptFormat
 from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
@@ -107,6 +107,8 @@ class Trainer:
                 "distributed.max_staleness needs rollout workers to explore while the learner trains: "
                 "set distributed.rollout_workers (1 or more), or max_staleness=0"
             )
+        if config.train.mmap_threshold_kib is not None:  # before the model's weights take the heap
+            map_large_blocks(config.train.mmap_threshold_kib * 1024)
         seed_everything(config.run.seed)
         self.parts = build_parts(config)
         env = self.parts.make_env()

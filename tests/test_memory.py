@@ -29,3 +29,35 @@ def test_trimming_hands_freed_heap_back():
     release_free_memory()
     assert resident_mib() < freed - 400  # freeing alone kept the pages; the trim gave them back
     del survivors
+
+
+FRAGMENTING = """
+import sys
+from r3l.memory import map_large_blocks, resident_mib
+if sys.argv[1] == "mapped" and not map_large_blocks(1 << 20):
+    print("no-glibc"); sys.exit()
+warm = bytearray(8 << 20)
+del warm  # freeing a mapped 8 MiB block lifts glibc's sliding threshold above it
+big, small = [], []
+for _ in range(64):  # 2 MiB blocks with small survivors between them, as a training step leaves the heap
+    big.append(bytearray(2 << 20))
+    small.append(bytearray(1024))
+held = resident_mib()
+big.clear()
+print(held - resident_mib())
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "mapped"])
+def test_mapped_large_blocks_go_back_to_the_system_when_freed(mode):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FRAGMENTING, mode], capture_output=True, text=True, check=True)
+    if out.stdout.strip() == "no-glibc":
+        pytest.skip("no glibc mallopt here")
+    returned = float(out.stdout)
+    if mode == "mapped":
+        assert returned > 100  # the 128 MiB of freed blocks left the process
+    else:
+        assert returned < 32  # glibc's own threshold had moved above them: they stay in the heap, resident
