@@ -15,6 +15,7 @@ import torch
 
 from r3l.config import Config
 from r3l.envs import Env, env_class, make
+from r3l.envs.reward_functions import RewardFunctions, with_reward_functions
 from r3l.errors import UserError
 from r3l.explore import ExploreContext, Strategy, make_strategy
 from r3l.models.precision import native_bf16
@@ -38,11 +39,21 @@ def quiet_libraries() -> None:
 
 
 def env_factory(config: Config) -> Callable[[], Env]:
-    probe = make(config.env.name, **config.env.args)  # fail early on a bad name or settings
+    make_env: Callable[[], Env] = partial(make, config.env.name, **config.env.args)
+    reward = config.reward
+    if reward.functions:
+        functions = RewardFunctions(
+            tuple(reward.functions),
+            tuple(reward.weights if reward.weights is not None else [1.0] * len(reward.functions)),
+            reward.env_weight,
+            reward.success_threshold,
+        )
+        make_env = partial(with_reward_functions, make_env, functions)
+    probe = make_env()  # fail early on a bad name or settings
     close = getattr(probe, "close", None)
     if close is not None:
         close()
-    return partial(make, config.env.name, **config.env.args)
+    return make_env
 
 
 def agent_limits(config: Config):

@@ -323,6 +323,19 @@ class DistributedConfig(Section):
     )
 
 
+class RewardConfig(Section):
+    functions: list[str] = Field(
+        [],
+        description="reward functions with TRL's signature fn(prompts, completions, **columns) -> list[float], as "
+        "'package.module:function' or 'file.py:function', added to a single-turn environment's own reward",
+    )
+    weights: list[float] | None = Field(None, description="one weight per function (default 1 each)")
+    env_weight: float = Field(1.0, ge=0, description="the weight of the environment's own reward in the sum")
+    success_threshold: float | None = Field(
+        None, description="a summed reward at or above this is a success; unset: the environment's verdict decides"
+    )
+
+
 class RunConfig(Section):
     dir: str = "runs"
     name: str | None = None
@@ -338,6 +351,7 @@ class Config(Section):
     sampling: SamplingConfig = SamplingConfig()
     agent: AgentConfig = AgentConfig()
     structured: StructuredConfig = StructuredConfig()
+    reward: RewardConfig = RewardConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()

@@ -4,24 +4,22 @@ named verifier or by a reward function with TRL's signature `fn(prompts, complet
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import json
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
+from r3l.envs.reward_functions import RewardFn, call_reward_function, load_reward_function, one_line
 from r3l.envs.verifiers import VERIFIERS, Verifier
 from r3l.errors import UserError
 from r3l.logging.progress import console
 
 FILE_TYPES = (".jsonl", ".json", ".parquet")
-RewardFn = Callable[..., Sequence[float]]
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,7 @@ class DatasetEnv(SingleTurnEnv):
         self.success_threshold = success_threshold
         self.reveal_answer_in_feedback = reveal_answer_in_feedback
         self.reward_fn_path = reward_fn
-        self._reward_fn = load_reward_fn(reward_fn) if reward_fn else None
+        self._reward_fn = load_reward_function(reward_fn, "env.args.reward_fn") if reward_fn else None
         self._verifier: Verifier | None = None if reward_fn else VERIFIERS.get(verifier or "math")
         self._tasks = load_tasks(
             str(path),
@@ -95,9 +93,7 @@ class DatasetEnv(SingleTurnEnv):
         return self._verifier(completion, str(task.answer), reveal_answer=self.reveal_answer_in_feedback)
 
     def _verify_with_reward_fn(self, reward_fn: RewardFn, task: Task, completion: str) -> Verdict:
-        columns = {name: [value] for name, value in task.data["columns"].items()}
-        rewards = reward_fn([task.prompt], [completion], **columns)
-        reward = _single_reward(rewards, self.reward_fn_path)
+        reward = call_reward_function(reward_fn, str(self.reward_fn_path), task, completion, "env.args.reward_fn")
         success = reward >= self.success_threshold
         relation = "reaches" if success else "is below"
         return Verdict(
@@ -194,7 +190,7 @@ def read_parquet(file: Path, label: str) -> list[Row]:
     try:
         records = pyarrow.parquet.read_table(file).to_pylist()
     except Exception as error:  # noqa: BLE001 - pyarrow raises several types for unreadable files
-        raise UserError(f"{label}: cannot read parquet: {_one_line(error)}") from None
+        raise UserError(f"{label}: cannot read parquet: {one_line(error)}") from None
     return [Row(f"{label} row {index}", record) for index, record in enumerate(records, start=1)]
 
 
@@ -208,7 +204,7 @@ def read_hf_dataset(name: str) -> dict[str, list[Row]]:
         loaded = datasets.load_from_disk(name) if saved else datasets.load_dataset(name)
     except Exception as error:  # noqa: BLE001 - network, missing repo, bad folder: all reported the same way
         raise UserError(
-            f"cannot load dataset '{name}': {_one_line(error)}; give a .jsonl/.json/.parquet "
+            f"cannot load dataset '{name}': {one_line(error)}; give a .jsonl/.json/.parquet "
             "file, a dataset folder or a Hugging Face dataset name"
         ) from None
     if isinstance(loaded, datasets.Dataset):
@@ -255,53 +251,7 @@ def split_rows(splits: dict[str, list[Row]], test_fraction: float, seed: int) ->
     return rows[test_count:], rows[:test_count]
 
 
-@functools.cache
-def load_reward_fn(spec: str) -> RewardFn:
-    """Import 'package.module:function', 'package.module.function' or 'path/to/file.py:function'."""
-    module_name, separator, function_name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
-    if not separator or not module_name or not function_name:
-        raise UserError(f"env.args.reward_fn '{spec}' must look like 'package.module:function'")
-    try:
-        module = _import_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - the user's module may fail to import in any way
-        raise UserError(f"cannot import env.args.reward_fn '{spec}': {_one_line(error)}") from None
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise UserError(f"env.args.reward_fn '{spec}': module '{module_name}' has no function '{function_name}'")
-    return function
-
-
-def _import_file(path: str):
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"no file {path}")
-    spec = importlib.util.spec_from_file_location(f"r3l_reward_{file.stem}", file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path} as a module")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _single_reward(rewards: Any, spec: str | None) -> float:
-    try:
-        (reward,) = rewards
-        value = 0.0 if reward is None else float(reward)  # TRL lets a reward function skip a sample with None
-    except (TypeError, ValueError):
-        raise UserError(
-            f"env.args.reward_fn '{spec}' returned {_one_line(rewards)[:80]}; "
-            "it must return a list with one float per completion"
-        ) from None
-    if math.isnan(value):
-        raise UserError(f"env.args.reward_fn '{spec}' returned NaN")
-    return value
-
-
 def _as_object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UserError(f"{where}: expected a JSON object, got {type(value).__name__}")
     return value
-
-
-def _one_line(value: Any) -> str:
-    return " ".join(str(value).split())
