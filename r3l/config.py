@@ -322,6 +322,17 @@ class DistributedConfig(Section):
         "it was explored with. 0: synchronous",
     )
 
+    @model_validator(mode="after")
+    def _settings_that_need_others(self) -> DistributedConfig:
+        if self.sharded_checkpoints and self.learner_ranks < 2:
+            raise ValueError("distributed.sharded_checkpoints needs distributed.learner_ranks of 2 or more")
+        if self.max_staleness and not self.rollout_workers:
+            raise ValueError(
+                "distributed.max_staleness needs rollout workers to explore while the learner trains: "
+                "set distributed.rollout_workers (1 or more), or max_staleness=0"
+            )
+        return self
+
 
 class RewardConfig(Section):
     functions: list[str] = Field(

@@ -100,13 +100,6 @@ class Trainer:
             raise
 
     def _build(self, config: Config, resume: bool) -> None:
-        if config.distributed.sharded_checkpoints and config.distributed.learner_ranks < 2:
-            raise UserError("distributed.sharded_checkpoints needs distributed.learner_ranks of 2 or more")
-        if config.distributed.max_staleness and not config.distributed.rollout_workers:
-            raise UserError(
-                "distributed.max_staleness needs rollout workers to explore while the learner trains: "
-                "set distributed.rollout_workers (1 or more), or max_staleness=0"
-            )
         if config.train.mmap_threshold_kib is not None:  # before the model's weights take the heap
             map_large_blocks(config.train.mmap_threshold_kib * 1024)
         seed_everything(config.run.seed)

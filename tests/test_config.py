@@ -35,6 +35,9 @@ def test_preset_values_can_be_overridden_in_a_section():
     (["algorithm=nope"], "unknown algorithm 'nope'"),
     (["justakey"], "not key=value"),
     (["sampling.temperature=hot"], "sampling.temperature"),
+    # settings that need another: refused when the config loads (so `r3l config` refuses them too)
+    (["distributed.sharded_checkpoints=true"], "sharded_checkpoints needs distributed.learner_ranks of 2"),
+    (["distributed.max_staleness=1"], "max_staleness needs rollout workers"),
 ])
 def test_bad_overrides_are_one_line_user_errors(overrides, message):
     with pytest.raises(UserError) as error:
