@@ -23,7 +23,7 @@ def test_the_packages_find_their_own_modules():
 
     assert {name for name, _ in available()} == {"alfworld", "arithmetic", "countdown", "dataset", "function_calling",
                                                   "gsm", "gym", "math", "scienceworld", "textarena",
-                                                  "textworld_express", "webshop"}
+                                                  "textworld_express", "verifiers", "webshop"}
     import_submodules("r3l.explore", *GENERATOR_PACKAGES)
     assert set(STRATEGIES.names()) == {"plain", "r3", "r3l"}
     assert set(GENERATORS.names()) == {"hf", "scripted", "vllm"}
