@@ -6,17 +6,19 @@ from __future__ import annotations
 import copy
 import inspect
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from r3l.agent.context import RolloutContext
 from r3l.config import Config
-from r3l.envs import Env, env_class, make
+from r3l.envs import Env, Task, env_class, make
 from r3l.envs.reward_functions import RewardFunctions, with_reward_functions
 from r3l.errors import UserError
+from r3l.evaluate import held_out_evaluation
 from r3l.explore import ExploreContext, Strategy, make_strategy
 from r3l.models.precision import native_bf16
 from r3l.registry import import_submodules
@@ -209,18 +211,32 @@ class Parts:
     strategy: Strategy
 
 
+def rollout_context(config: Config, make_env: Callable[[], Env], generator: Generator, tokenizer) -> RolloutContext:
+    """What playing episodes needs; exploration extends it (ExploreContext), held-out evaluation uses it as is."""
+    return RolloutContext(make_env, generator, tokenizer, PromptFormat.from_config(config.env), agent_limits(config))
+
+
+def evaluate_held_out(config: Config, tasks: Sequence[Task], context: RolloutContext):
+    """(record, summary, metrics) of the held-out evaluation the config asks for (eval.*), on `tasks`."""
+    return held_out_evaluation(
+        tasks,
+        context,
+        eval_params(config),
+        config.eval.attempts,
+        reflection_prompts(config),
+        config.eval.reflection_max_new_tokens,
+    )
+
+
 def build_parts(config: Config) -> Parts:
     make_env = env_factory(config)
     model, tokenizer = load_model(config)
     generator = make_generator(config, model, tokenizer)
+    base = rollout_context(config, make_env, generator, tokenizer)
     context = ExploreContext(
-        make_env=make_env,
-        generator=generator,
-        tokenizer=tokenizer,
+        **{field.name: getattr(base, field.name) for field in fields(base)},
         sampling=sampling_params(config, seed=config.run.seed * 100_003),
         group_size=config.sampling.group_size,
-        prompt_format=PromptFormat.from_config(config.env),
-        limits=agent_limits(config),
         report_field_chars=config.structured.report_field_chars if config.structured.reports else None,
     )
     try:

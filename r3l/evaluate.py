@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from r3l.agent.context import RolloutContext
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart
 from r3l.envs import Env, Task, require_single_turn
 from r3l.faults import failpoint
@@ -184,29 +185,27 @@ def r3_table(untrained: dict[str, Any], trained: dict[str, Any]) -> tuple[str, s
 
 def held_out_evaluation(
     tasks: Sequence[Task],
-    make_env: Callable[[], Env],
-    generator: Generator,
-    tokenizer,
+    context: RolloutContext,
     params: SamplingParams,
-    prompt_format: PromptFormat,
     attempts: int,
     prompts: ReflectionPrompts,
-    limits: AgentLimits = AgentLimits(),
     reflection_max_new_tokens: int = 128,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
-    """(full record with samples, summary, metrics to log) for one or two attempts per task."""
+    """(full record with samples, summary, metrics to log) for one or two attempts per task, played in the same
+    rollout context as exploration (environments, generator, tokenizer, prompt format, agent limits)."""
     started = time.perf_counter()
     failpoint("evaluation")
+    c = context
     record, summary, metrics = _held_out(
         tasks,
-        make_env,
-        generator,
-        tokenizer,
+        c.make_env,
+        c.generator,
+        c.tokenizer,
         params,
-        prompt_format,
+        c.prompt_format,
         attempts,
         prompts,
-        limits,
+        c.limits,
         reflection_max_new_tokens,
     )
     seconds = time.perf_counter() - started

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
-from r3l.build import agent_limits, build_parts, eval_params, make_learner, reflection_prompts, trainable_policy
+from r3l.build import build_parts, evaluate_held_out, make_learner, trainable_policy
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
 from r3l.errors import Interrupted, RunStopped, UserError
-from r3l.evaluate import held_out_evaluation, r3_table
+from r3l.evaluate import r3_table
 from r3l.experience import write_jsonl
 from r3l.faults import failpoint
 from r3l.learner.checkpoint import (
@@ -30,7 +30,6 @@ from r3l.learner.step_size import median_weight_rms, relative_step, step_size_wa
 from r3l.learner.weights import load_weights, merged_state_dict
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import map_large_blocks, memory_metrics, release_free_memory
-from r3l.rollout.chat import PromptFormat
 from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
 
@@ -215,19 +214,7 @@ class Trainer:
         """Held-out evaluation into eval_LABEL.json and the metrics (two attempts when eval.attempts=2)."""
         if not self.test_tasks:
             return
-        parts, config = self.parts, self.config
-        record, summary, metrics = held_out_evaluation(
-            self.test_tasks,
-            parts.make_env,
-            parts.generator,
-            parts.tokenizer,
-            eval_params(config),
-            PromptFormat.from_config(config.env),
-            config.eval.attempts,
-            reflection_prompts(config),
-            agent_limits(config),
-            config.eval.reflection_max_new_tokens,
-        )
+        record, summary, metrics = evaluate_held_out(self.config, self.test_tasks, self.parts.strategy.context)
         (self.run_dir / f"eval_{label}.json").write_text(json.dumps({**record, "step": self.step}, indent=1))
         self.history[f"eval_{label}"] = summary
         logger.log(self.step, metrics)

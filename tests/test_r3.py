@@ -120,7 +120,8 @@ def test_unknown_strategy_setting_is_a_one_line_error():
 
     config = load_config(None, ["algorithm=r3", "algorithm.strategy_args.max_sample=3"])
     with pytest.raises(UserError, match="max_sample"):
-        make_strategy("r3", ExploreContext(None, None, None, SamplingParams(), 2), **config.algorithm.strategy_args)
+        make_strategy("r3", ExploreContext(make_env=None, generator=None, tokenizer=None, sampling=SamplingParams(),
+                                           group_size=2), **config.algorithm.strategy_args)
 
 
 def test_countdown_solver_finds_a_valid_equation():

@@ -3,34 +3,29 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from r3l.agent.episodes import AgentLimits, EpisodeRunner
+from r3l.agent.context import RolloutContext
+from r3l.agent.episodes import EpisodeRunner
 from r3l.config import format_validation_error
-from r3l.envs import Env, Task
+from r3l.envs import Task
 from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.registry import Registry, import_submodules
-from r3l.rollout.chat import PromptFormat
-from r3l.rollout.generator import Generator, SamplingParams
+from r3l.rollout.generator import SamplingParams
 
 
-@dataclass
-class ExploreContext:
-    """What a strategy needs from the outside world."""
+@dataclass(kw_only=True)
+class ExploreContext(RolloutContext):
+    """What a strategy needs: a rollout context (shared with held-out evaluation) and how to sample."""
 
-    make_env: Callable[[], Env]
-    generator: Generator
-    tokenizer: Any
     sampling: SamplingParams
     group_size: int
-    prompt_format: PromptFormat = PromptFormat()
-    limits: AgentLimits = AgentLimits()
     report_field_chars: int | None = None  # reflection reports decoded under their JSON schema (None: free)
 
 
