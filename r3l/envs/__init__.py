@@ -34,15 +34,24 @@ def env_class(name: str) -> type[Env]:
     return ENVS.get(name)
 
 
-def require_single_turn(make_env: Callable[[], Env], what: str) -> None:
-    """Refuse, in one line, a multi-turn environment where only single-turn ones make sense."""
+def single_turn_env(make_env: Callable[[], Env], refusal: Callable[[str], str]) -> SingleTurnEnv:
+    """A new environment from `make_env`; a multi-turn one is closed and refused in one line, `refusal(its name)`."""
     env = make_env()
     if not isinstance(env, SingleTurnEnv):
         getattr(env, "close", lambda: None)()
-        raise UserError(
-            f"{what} needs a single-turn environment (one prompt, one answer), and '{env.name}' is "
+        raise UserError(refusal(env.name))
+    return env
+
+
+def require_single_turn(make_env: Callable[[], Env], what: str) -> None:
+    """Refuse, in one line, a multi-turn environment where only single-turn ones make sense."""
+    single_turn_env(
+        make_env,
+        lambda name: (
+            f"{what} needs a single-turn environment (one prompt, one answer), and '{name}' is "
             "multi-turn; use the r3l strategy (algorithm=r3l) or a single-turn env (see `r3l envs`)"
-        )
+        ),
+    )
 
 
 def available() -> list[tuple[str, str]]:
@@ -63,4 +72,5 @@ __all__ = [
     "available",
     "env_class",
     "require_single_turn",
+    "single_turn_env",
 ]

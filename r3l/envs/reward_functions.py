@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from r3l.envs import single_turn_env
 from r3l.envs.base import SingleTurnEnv, Task, Verdict, judge
 from r3l.errors import UserError
 
@@ -159,13 +160,13 @@ class RewardedEnv(SingleTurnEnv):
 
 
 def with_reward_functions(make_env: Callable[[], Any], functions: RewardFunctions) -> SingleTurnEnv:
-    env = make_env()
-    if not isinstance(env, SingleTurnEnv):
-        getattr(env, "close", lambda: None)()
-        raise UserError(
-            f"reward.functions score single-turn answers and '{env.name}' is multi-turn; its reward is the "
+    env = single_turn_env(
+        make_env,
+        lambda name: (
+            f"reward.functions score single-turn answers and '{name}' is multi-turn; its reward is the "
             "environment's own (remove reward.functions)"
-        )
+        ),
+    )
     return RewardedEnv(env, functions)
 
 
