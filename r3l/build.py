@@ -74,6 +74,7 @@ def agent_limits(config: Config):
         env_workers=a.env_workers,
         structured=reply,
         env_timeout=a.env_timeout,
+        env_processes=a.env_processes,
     )
 
 

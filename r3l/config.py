@@ -130,6 +130,13 @@ class AgentConfig(Section):
     think_tag: str = Field("think", min_length=1)
     stop_after_action: bool = Field(True, description="end a turn at </action> (tagged environments)")
     env_workers: int = Field(16, gt=0, description="simulator instances alive at once (episodes in flight)")
+    env_processes: int = Field(
+        0,
+        ge=0,
+        description="run environments in this many spawned processes, each with its own simulator, stepped "
+        "in parallel (0: in the training process, one after another); a process that dies ends its episode as "
+        "env_error",
+    )
     env_timeout: float | None = Field(
         None,
         gt=0,

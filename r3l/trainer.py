@@ -180,7 +180,10 @@ class Trainer:
                 self.rollout_pool.sync_weights(weights)
 
     def close(self) -> None:
-        """Stop the rollout workers and the other learner ranks (a no-op in one process)."""
+        """Stop the rollout workers, the other learner ranks and the environments."""
+        strategy = getattr(getattr(self, "parts", None), "strategy", None)
+        if strategy is not None:
+            strategy.close()
         pool = getattr(self, "rollout_pool", None)
         if pool is not None:
             pool.close()

@@ -18,12 +18,13 @@ def bring_your_own_block() -> str:
     return re.search(r"```bash\n(.*?)```", section, re.S)[1]
 
 
-def test_the_readme_block_has_the_three_ways_in():
+def test_the_readme_block_has_the_four_ways_in():
     block = bring_your_own_block()
     assert "env=gym:" in block and "env=verifiers:" in block and "reward.functions=" in block
+    assert "agent.env_processes=" in block
 
 
-@pytest.mark.parametrize("way", ["gym", "verifiers", "reward.functions"])
+@pytest.mark.parametrize("way", ["gym", "verifiers", "reward.functions", "agent.env_processes"])
 def test_a_readme_way_in_runs(tmp_path, way):
     if way == "verifiers":
         pytest.importorskip("verifiers.v1")

@@ -19,6 +19,10 @@ class EnvFailure(Exception):
     """The environment failed; the message says how, in one line."""
 
 
+class NamedError(Exception):
+    """An error whose message already says what kind it is (an error relayed from another process)."""
+
+
 def guarded_call(env: Any, timeout: float | None, call: Callable[..., Any], *args: Any) -> Any:
     """`call(*args)`, or EnvFailure if it raised or ran past `timeout` seconds (None: no limit). A UserError
     (bad configuration) is not an environment failure and passes through."""
@@ -42,6 +46,8 @@ def guarded_call(env: Any, timeout: float | None, call: Callable[..., Any], *arg
         if fired.is_set():
             raise EnvFailure(timed_out) from None
         text = " ".join(str(error).split())[:MESSAGE_CHARS]
+        if isinstance(error, NamedError):
+            raise EnvFailure(text) from None
         raise EnvFailure(f"{type(error).__name__}: {text}" if text else type(error).__name__) from None
     finally:
         if timer is not None:

@@ -11,20 +11,29 @@ action `repeat_limit` times in a row (repeated_action), `max_turns` turns, or th
 whose replay does not reproduce the base observation ends with `replay_mismatch` before generating.
 An environment that raises, or hangs past `env_timeout` seconds, ends its episode with `env_error`: the
 episode is not trained (strategies drop it), its task id is printed, and the environment is replaced.
+
+Environments live in this process and are called one after another, or (`env_processes` > 0) each in a
+process of its own (env_process.py), called at once: every episode's reset or step of a turn in parallel.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
 
 from r3l.agent.actions import parse_reply
 from r3l.agent.env_guard import EnvFailure, guarded_call
 from r3l.agent.env_pool import EnvPool
+from r3l.agent.env_process import EnvironmentProcessDied, ProcessEnv
 from r3l.agent.prompt_copy import watched_copy
-from r3l.envs import Env, Task
+from r3l.envs import Env, StepResult, Task
 from r3l.envs.reply_grammar import ReplyFormat
+from r3l.errors import UserError
 from r3l.logging.progress import console
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation
@@ -54,6 +63,7 @@ class AgentLimits:
     env_workers: int = 16  # environments alive at once, for environments that run a simulator
     structured: ReplyFormat | None = None  # replies decoded under the environment's grammar (None: free)
     env_timeout: float | None = None  # seconds one reset, replay or step may take (None: no limit)
+    env_processes: int = 0  # environments each in a process of their own, stepped at once (0: in this process)
 
 
 @dataclass
@@ -140,33 +150,50 @@ class EpisodeRunner:
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format
         self.limits = limits
+        self.seconds = {"environment": 0.0, "generation": 0.0}  # wall time in env calls and in generation, all runs
+        if limits.env_processes:
+            make_env = partial(ProcessEnv, make_env)
         probe = make_env()
-        self.action_format = probe.action_format
+        try:
+            self.action_format = probe.action_format
+        except EnvironmentProcessDied as died:
+            raise UserError(
+                f"agent.env_processes: {died} before its environment was built (see its error above; a script "
+                "that runs r3l with environments in processes needs `if __name__ == '__main__':`)"
+            ) from None
         self.retry_from_pivot = probe.retry_from_pivot
         self.steps_are_a_cost = probe.steps_are_a_cost
         self.deterministic = probe.deterministic
         self.env_name = probe.name
         self.system_prompt = probe.system_prompt
-        self.pool = EnvPool(make_env, None if probe.light else limits.env_workers, first=probe)
+        if limits.env_processes:
+            self.pool = EnvPool(make_env, limits.env_processes, first=probe)
+            self._threads: ThreadPoolExecutor | None = ThreadPoolExecutor(limits.env_processes, "r3l-env")
+        else:
+            self.pool = EnvPool(make_env, None if probe.light else limits.env_workers, first=probe)
+            self._threads = None
 
     # --- starting -------------------------------------------------------------------------------
-    def _activate(self, start: EpisodeStart, env: Env) -> Trajectory:
-        try:
-            return self._start(start, env)
-        except EnvFailure as failure:
-            messages = self.prompt_format.messages(start.task.prompt, env.system_prompt)
-            trajectory = Trajectory(start.task, TokenConversation.start(self.tokenizer, messages))
-            self._env_error(trajectory, f"while {'replaying' if start.base else 'starting'} the episode", failure)
-            return trajectory
-
-    def _start(self, start: EpisodeStart, env: Env) -> Trajectory:
+    def _open(self, start: EpisodeStart, env: Env) -> str:
+        """The environment's side of a start: reset, or replay the base episode's first `pivot` actions."""
         timeout = self.limits.env_timeout
         if start.base is None:
-            observation = guarded_call(env, timeout, env.reset, start.task)
+            return guarded_call(env, timeout, env.reset, start.task)
+        actions = [step.played for step in start.base.steps[: start.pivot]]
+        return guarded_call(env, timeout, env.replay, start.task, actions)
+
+    def _begin(self, start: EpisodeStart, env: Env, opened: str | EnvFailure) -> Trajectory:
+        """The episode's conversation from the observation `_open` returned (or its failure)."""
+        if isinstance(opened, EnvFailure):
+            messages = self.prompt_format.messages(start.task.prompt, env.system_prompt)
+            trajectory = Trajectory(start.task, TokenConversation.start(self.tokenizer, messages))
+            self._env_error(trajectory, f"while {'replaying' if start.base else 'starting'} the episode", opened)
+            return trajectory
+        observation = opened
+        if start.base is None:
             messages = self.prompt_format.messages(observation, env.system_prompt)
             return Trajectory(start.task, TokenConversation.start(self.tokenizer, messages), observation=observation)
         base, pivot = start.base, start.pivot
-        observation = guarded_call(env, timeout, env.replay, start.task, [step.played for step in base.steps[:pivot]])
         guided_text = with_guidance(start.guidance, observation)
         if pivot == 0:
             guided = TokenConversation.start(
@@ -199,17 +226,17 @@ class EpisodeRunner:
         active: dict[int, tuple[Trajectory, Env]] = {}
         turn = 0
         while pending or active:
+            opening = []
             while pending and self.pool.available():
                 index, start = pending.popleft()
-                env = self.pool.take()
-                trajectory = self._activate(start, env)
+                opening.append((index, start, self.pool.take()))
+            opened = self._calls([partial(self._open, start, env) for _, start, env in opening])
+            for (index, start, env), outcome in zip(opening, opened):
+                trajectory = self._begin(start, env, outcome)
                 if not trajectory.termination and start.base is not None:  # a task's own prompt always runs
                     self._check_context(trajectory, params)
-                if trajectory.termination:
-                    results[index] = trajectory
-                    self._release(trajectory, env)
-                else:
-                    active[index] = (trajectory, env)
+                active[index] = (trajectory, env)
+            self._settle(active, results)
             if not active:
                 continue
             order = list(active)
@@ -218,16 +245,46 @@ class EpisodeRunner:
                 if self.limits.structured is None
                 else [active[i][1].reply_constraint(self.limits.structured) for i in order]
             )
+            started = time.perf_counter()
             completions = self._generate([active[i][0].conversation.tokens for i in order], params, turn, constraints)
-            for index, completion in zip(order, completions):
+            self.seconds["generation"] += time.perf_counter() - started
+            chosen = [(i, self._act(active[i][0], completion)) for i, completion in zip(order, completions)]
+            moves = [(i, action) for i, action in chosen if action is not None]
+            timeout = self.limits.env_timeout
+            stepped = self._calls(
+                [partial(guarded_call, active[i][1], timeout, active[i][1].step, action) for i, action in moves]
+            )
+            for (index, action), outcome in zip(moves, stepped):
                 trajectory, env = active[index]
-                self._advance(trajectory, env, completion, params)
-                if trajectory.termination:
-                    results[index] = trajectory
-                    self._release(trajectory, env)
-                    del active[index]
+                self._conclude(trajectory, env, action, outcome, params)
+            self._settle(active, results)
             turn += 1
         return [trajectory for trajectory in results if trajectory is not None]
+
+    def _calls(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Each call's result, or the EnvFailure it raised: one after another for environments in this
+        process, at once for environments in processes of their own (each thread waits on its own pipe)."""
+
+        def attempt(call: Callable[[], Any]) -> Any:
+            try:
+                return call()
+            except EnvFailure as failure:
+                return failure
+
+        started = time.perf_counter()
+        if self._threads is None or len(calls) < 2:
+            results = [attempt(call) for call in calls]
+        else:
+            results = list(self._threads.map(attempt, calls))
+        self.seconds["environment"] += time.perf_counter() - started
+        return results
+
+    def _settle(self, active: dict[int, tuple[Trajectory, Env]], results: list[Trajectory | None]) -> None:
+        """Move the episodes that ended from `active` to `results`, their environments back to the pool."""
+        for index in [i for i, (trajectory, _) in active.items() if trajectory.termination]:
+            trajectory, env = active.pop(index)
+            results[index] = trajectory
+            self._release(trajectory, env)
 
     def _release(self, trajectory: Trajectory, env: Env) -> None:
         if trajectory.termination == "env_error":
@@ -272,22 +329,23 @@ class EpisodeRunner:
             return out  # type: ignore[return-value]
         return [group[0] for group in self.generator.generate(prompts, params, n=1, constraints=constraints)]
 
-    def _advance(self, trajectory: Trajectory, env: Env, completion: Completion, params: SamplingParams) -> None:
+    def _act(self, trajectory: Trajectory, completion: Completion) -> str | None:
+        """Record the reply; the action to play, or None when the reply ends the episode (no action, a repeat)."""
         limits = self.limits
         trajectory.conversation.add_assistant(completion, trained=True)
         if trajectory.distilled is not None:
             trajectory.distilled.add_assistant(completion, trained=True)
         parsed = parse_reply(completion.text, self.action_format, limits.action_tag, limits.think_tag)
-        step = Step(trajectory.observation, completion, parsed.thought, parsed.action, None)
-        trajectory.steps.append(step)
+        trajectory.steps.append(Step(trajectory.observation, completion, parsed.thought, parsed.action, None))
         number = len(trajectory.steps)
         if parsed.action is None and "format_error" in limits.terminate_on:
             tag = limits.action_tag
-            return self._finish(
+            self._finish(
                 trajectory,
                 "format_error",
                 f"The episode was stopped at step {number}: the reply had no action in <{tag}></{tag}> tags.",
             )
+            return None
         action = parsed.action if parsed.action is not None else completion.text
         recent = [s.played for s in trajectory.steps[-limits.repeat_limit : -1]]
         if (
@@ -295,22 +353,34 @@ class EpisodeRunner:
             and len(recent) == limits.repeat_limit - 1
             and all(p is not None and _normalised(p) == _normalised(action) for p in recent)
         ):
-            return self._finish(
+            self._finish(
                 trajectory,
                 "repeated_action",
                 f"The episode was stopped at step {number}: the action '{action}' was chosen "
                 f"{limits.repeat_limit} times in a row.",
             )
-        try:
-            result = guarded_call(env, limits.env_timeout, env.step, action)
-        except EnvFailure as failure:
-            return self._env_error(trajectory, f"at step {number}", failure)
-        step.played, step.reward = action, float(result.reward)
-        step.admissible = bool(result.info.get("admissible", True))
-        if result.done:
-            trajectory.copied_prompt = watched_copy(env, trajectory.task.prompt, completion.text)
+            return None
+        return action
+
+    def _conclude(
+        self,
+        trajectory: Trajectory,
+        env: Env,
+        action: str,
+        outcome: StepResult | EnvFailure,
+        params: SamplingParams,
+    ) -> None:
+        """What the environment answered to the action `_act` chose: the episode ends or goes on."""
+        limits, step = self.limits, trajectory.steps[-1]
+        number = len(trajectory.steps)
+        if isinstance(outcome, EnvFailure):
+            return self._env_error(trajectory, f"at step {number}", outcome)
+        step.played, step.reward = action, float(outcome.reward)
+        step.admissible = bool(outcome.info.get("admissible", True))
+        if outcome.done:
+            trajectory.copied_prompt = watched_copy(env, trajectory.task.prompt, step.completion.text)
             return self._finish(
-                trajectory, "done", str(result.info.get("feedback", "")), bool(result.info.get("success", False))
+                trajectory, "done", str(outcome.info.get("feedback", "")), bool(outcome.info.get("success", False))
             )
         if not step.admissible and "inadmissible" in limits.terminate_on:
             return self._finish(
@@ -324,10 +394,10 @@ class EpisodeRunner:
                 "max_turns",
                 f"The episode ran out of turns ({limits.max_turns}) before the task was completed.",
             )
-        trajectory.observation = result.observation
-        trajectory.conversation.add_user(result.observation)
+        trajectory.observation = outcome.observation
+        trajectory.conversation.add_user(outcome.observation)
         if trajectory.distilled is not None:
-            trajectory.distilled.add_user(result.observation)
+            trajectory.distilled.add_user(outcome.observation)
         self._check_context(trajectory, params)
 
     def _check_context(self, trajectory: Trajectory, params: SamplingParams) -> None:
@@ -345,6 +415,8 @@ class EpisodeRunner:
 
     def close(self) -> None:
         self.pool.close()
+        if self._threads is not None:
+            self._threads.shutdown()
 
 
 def termination_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:

@@ -52,6 +52,12 @@ class Strategy(ABC):
             self._runner = EpisodeRunner(c.make_env, c.generator, c.tokenizer, c.prompt_format, c.limits)
         return self._runner
 
+    def close(self) -> None:
+        """Close the runner's environments (their simulators or processes)."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
     def training_tasks(
         self, train_tasks: Sequence[Task], run_dir: Path | None, limit: int | None = None, build: int = 0
     ) -> Sequence[Task]:

@@ -60,9 +60,11 @@ def first_attempts(
     limits: AgentLimits = AgentLimits(),
 ) -> list[list[Attempt]]:
     """`n` attempts at each task (one prefill per task), as lists in task order."""
-    played = EpisodeRunner(make_env, generator, tokenizer, prompt_format, limits).run(
-        [EpisodeStart(task) for task in tasks for _ in range(n)], params
-    )
+    runner = EpisodeRunner(make_env, generator, tokenizer, prompt_format, limits)
+    try:
+        played = runner.run([EpisodeStart(task) for task in tasks for _ in range(n)], params)
+    finally:
+        runner.close()
     return [[as_attempt(trajectory) for trajectory in played[i * n : (i + 1) * n]] for i in range(len(tasks))]
 
 

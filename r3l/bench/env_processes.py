@@ -1,0 +1,143 @@
+"""Section `env_processes`: episode throughput with environments in the training process (called one after
+another) versus each in a spawned process (`agent.env_processes`, called at once), on the same tasks and seeds.
+
+Each workload plays one batch of tasks to warm up (environments and processes made, simulators started), then
+`repeats` batches per mode, the modes alternating, with the bench's model and generator. The runner's own clocks
+split a batch's wall time into environment calls and generation; the rest is tokenising and bookkeeping.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+from typing import Any
+
+from r3l.bench.registry import BenchContext, SectionResult, section
+from r3l.config import Config, apply_override, parse_override
+
+ENVIRONMENTS = 4  # episodes in flight: environments in this process, or processes
+TASKS = 16
+WORKLOADS = {
+    "textworld_express coin (a JVM simulator)": [
+        "env=textworld_express",
+        "env.args.games=[coin]",
+        "env.args.max_steps=10",
+    ],
+    "textarena Sokoban (pure Python: each reset generates a room)": ["env=textarena:Sokoban-v0"],
+}
+MODES = ("in process", "processes")
+
+
+def workload_config(config: Config, overrides: list[str]) -> Config:
+    tree = config.model_dump(mode="json")
+    for override in overrides:
+        apply_override(tree, *parse_override(override))
+    return Config.model_validate(tree)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure(config: Config, repeats: int) -> dict[str, Any]:
+    from r3l.agent.episodes import EpisodeRunner, EpisodeStart
+    from r3l.build import agent_limits, env_factory, load_model, make_generator, sampling_params
+    from r3l.rollout.chat import PromptFormat
+
+    make_env = env_factory(config)
+    model, tokenizer = load_model(config)
+    generator = make_generator(config, model, tokenizer)
+    probe = make_env()
+    tasks = list(probe.tasks("train"))[:TASKS]
+    getattr(probe, "close", lambda: None)()
+    limits = agent_limits(config)
+    settings = {
+        "in process": replace(limits, env_workers=ENVIRONMENTS, env_processes=0),
+        "processes": replace(limits, env_processes=ENVIRONMENTS),
+    }
+    params = sampling_params(config, seed=config.run.seed)
+    runners = {
+        mode: EpisodeRunner(make_env, generator, tokenizer, PromptFormat.from_config(config.env), limit)
+        for mode, limit in settings.items()
+    }
+    batches: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    try:
+        for runner in runners.values():  # warm-up: environments made, processes spawned, simulators started
+            runner.run([EpisodeStart(task) for task in tasks], params)
+        for _ in range(repeats):
+            for mode, runner in runners.items():
+                before = dict(runner.seconds)
+                started = time.perf_counter()
+                episodes = runner.run([EpisodeStart(task) for task in tasks], params)
+                wall = time.perf_counter() - started
+                batches[mode].append(
+                    {
+                        "wall_seconds": wall,
+                        "environment_seconds": runner.seconds["environment"] - before["environment"],
+                        "generation_seconds": runner.seconds["generation"] - before["generation"],
+                        "steps": float(sum(episode.num_steps for episode in episodes)),
+                        "episodes_per_second": len(episodes) / wall,
+                    }
+                )
+    finally:
+        for runner in runners.values():
+            runner.close()
+    summary: dict[str, Any] = {
+        mode: {key: spread([batch[key] for batch in rows]) for key in rows[0]} for mode, rows in batches.items()
+    }
+    here, apart = summary["in process"], summary["processes"]
+    summary["environment_speedup"] = here["environment_seconds"]["median"] / max(
+        apart["environment_seconds"]["median"], 1e-9
+    )
+    summary["wall_speedup"] = here["wall_seconds"]["median"] / max(apart["wall_seconds"]["median"], 1e-9)
+    return summary
+
+
+@section("env_processes", order=40, title="Environments in processes: episode throughput")
+def env_processes(ctx: BenchContext) -> SectionResult:
+    from r3l.envs import env_class
+    from r3l.errors import UserError
+
+    repeats = max(1, ctx.repeats)
+    workloads: dict[str, Any] = {}
+    for label, overrides in WORKLOADS.items():
+        try:
+            config = workload_config(ctx.config, overrides)
+            env_class(config.env.name)
+        except UserError as error:  # an optional package (textarena) that is not installed
+            workloads[label] = {"skipped": str(error)}
+            continue
+        workloads[label] = measure(config, repeats)
+    data = {"environments": ENVIRONMENTS, "tasks": TASKS, "repeats": repeats, "workloads": workloads}
+    return SectionResult(data, table(data))
+
+
+def table(data: dict) -> str:
+    def cell(figures: dict[str, float], digits: int = 2) -> str:
+        return f"{figures['median']:.{digits}f} [{figures['min']:.{digits}f}, {figures['max']:.{digits}f}]"
+
+    lines = [
+        f"{data['tasks']} episodes a batch, {data['environments']} in flight, {data['repeats']} batches per mode after "
+        "one warm-up batch; medians [min, max].",
+        "",
+        "| workload | environments | batch wall s | in environment calls s | in generation s | env steps | "
+        "episodes/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, figures in data["workloads"].items():
+        if "skipped" in figures:
+            lines.append(f"| {label} | skipped: {figures['skipped']} | | | | | |")
+            continue
+        for mode in MODES:
+            row = figures[mode]
+            lines.append(
+                f"| {label} | {mode} | {cell(row['wall_seconds'])} | {cell(row['environment_seconds'])} | "
+                f"{cell(row['generation_seconds'])} | {row['steps']['median']:.0f} | "
+                f"{cell(row['episodes_per_second'])} |"
+            )
+        lines.append(
+            f"| {label} | in process / processes | **{figures['wall_speedup']:.2f}x** wall | "
+            f"**{figures['environment_speedup']:.2f}x** | | | |"
+        )
+    return "\n".join(lines) + "\n"
