@@ -27,6 +27,7 @@ from r3l.envs import Task
 from r3l.errors import UserError
 from r3l.experience import Experience
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
+from r3l.explore.clock import PhaseClock
 from r3l.reflection.guidance import (
     build_guidance,
     environment_verdict,
@@ -158,13 +159,18 @@ class R3LStrategy(Strategy):
         seed = None if c.sampling.seed is None else c.sampling.seed + step
         n_base, n_retry = split_budget(c.group_size, s.base_fraction, s.reflect_retry)
         self._check_replayable(n_retry)
-        groups = self._play_bases(tasks, step, n_base, seed)
+        clock = PhaseClock()
+        with clock.phase("base"):
+            groups = self._play_bases(tasks, step, n_base, seed)
         runs = [run for group in groups for run in group]
         if n_retry:
-            self._reflect(runs, None if seed is None else seed + 1)
-        lost, fills = self._retry(groups, n_retry, None if seed is None else seed + 2)
+            with clock.phase("reflect"):
+                self._reflect(runs, None if seed is None else seed + 1)
+        with clock.phase("retry"):
+            lost, fills = self._retry(groups, n_retry, None if seed is None else seed + 2)
         experiences = [e for run in group_contiguous(groups, fills) for e in self._experiences(run)]
         metrics = self._metrics(groups, n_retry * len(tasks), lost)
+        metrics.update(clock.metrics())
         metrics["success_reflections_trained"] = float(
             sum(e.meta.get("sft_of") == "success_reflection" for e in experiences)
         )
