@@ -24,6 +24,7 @@ WORKLOADS = {
         "env.args.games=[coin]",
         "env.args.max_steps=10",
     ],
+    "scienceworld (a JVM simulator, ~0.1 s a step)": ["env=scienceworld", "agent.max_turns=6"],
     "textarena Sokoban (pure Python: each reset generates a room)": ["env=textarena:Sokoban-v0"],
 }
 MODES = ("in process", "processes")
