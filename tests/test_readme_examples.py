@@ -21,15 +21,17 @@ def bring_your_own_block() -> str:
 def test_the_readme_block_has_the_four_ways_in():
     block = bring_your_own_block()
     assert "env=gym:" in block and "env=verifiers:" in block and "reward.functions=" in block
-    assert "agent.env_processes=" in block
+    assert "agent.env_processes=" in block and "env=openenv:" in block
 
 
-@pytest.mark.parametrize("way", ["gym", "verifiers", "reward.functions", "agent.env_processes"])
+@pytest.mark.parametrize("way", ["gym", "verifiers", "openenv", "reward.functions", "agent.env_processes"])
 def test_a_readme_way_in_runs(tmp_path, way):
     if way == "verifiers":
         pytest.importorskip("verifiers.v1")
     if way == "gym":
         pytest.importorskip("gymnasium")
+    if way == "openenv":
+        pytest.importorskip("openenv.core.env_server.interfaces")
     block = bring_your_own_block().replace("tests/helpers/", f"{ROOT}/tests/helpers/")
     commands = [line for line in block.splitlines() if line.startswith("r3l ")]
     shell = block.split("\nr3l ")[0]  # nothing but comments before the first command

@@ -47,7 +47,6 @@ from r3l.envs.text_game import (
 )
 from r3l.errors import UserError
 
-SOURCES = ("gymnasium", "textarena")
 MISSING = "the {what} env needs {package}: pip install 'r3l[games]' (or pip install {package})"
 PROBE_SEED = 12_345
 ANSI_SPAN = re.compile(r"\x1b\[[0-9;]*m(.*?)\x1b\[0m", re.S)
@@ -284,6 +283,8 @@ class TextArenaGame:
         pass
 
 
+# where a game comes from -> the class that plays it (r3l/envs/openenv_game.py adds "openenv")
+GAME_SOURCES: dict[str, Any] = {"gymnasium": GymnasiumGame, "textarena": TextArenaGame}
 _REPLAY_CHECKS: dict[tuple[str, str, str], str | None] = {}  # (source, id, make_args) -> why not replayable
 
 
@@ -315,7 +316,7 @@ class GymGameEnv(Env):
     argument_help = {
         "id": "the game's registered id, e.g. FrozenLake-v1 (Gymnasium) or GuessTheNumber-v0 (TextArena); "
         "env=gym:ID sets it",
-        "source": "whose registry the id is in: gymnasium or textarena",
+        "source": "whose registry the id is in: gymnasium, textarena or openenv (a package.module:Class)",
         "make_args": "keyword arguments of gymnasium.make / textarena.make, e.g. {is_slippery: false}",
         "actions": "the admissible actions, listed in each observation: a Discrete(n) space's action names (default: "
         "known names, else 0..n-1); for text actions, the only moves let through (null: any text)",
@@ -350,8 +351,8 @@ class GymGameEnv(Env):
     ):
         if not isinstance(id, str) or not id.strip():
             raise UserError(f"env.args.id must name a registered game, e.g. env=gym:FrozenLake-v1, got {id!r}")
-        if source not in SOURCES:
-            raise UserError(f"env.args.source must be one of {', '.join(SOURCES)}, got {source!r}")
+        if source not in GAME_SOURCES:
+            raise UserError(f"env.args.source must be one of {', '.join(GAME_SOURCES)}, got {source!r}")
         if make_args is not None and not isinstance(make_args, Mapping):
             raise UserError(f"env.args.make_args must be a mapping of keyword arguments, got {make_args!r}")
         if actions is not None and (isinstance(actions, str) or not isinstance(actions, Sequence) or not actions):
@@ -367,9 +368,8 @@ class GymGameEnv(Env):
         self.max_steps, self.success_reward, self.game_reason = max_steps, success_reward, game_reason
         self.show_actions, self.seed, self.sizes = show_actions, seed, {"train": train_size, "test": test_size}
         self._random = OwnRandom()
-        kind = GymnasiumGame if source == "gymnasium" else TextArenaGame
         with self._random.active():
-            self.game: GymnasiumGame | TextArenaGame = kind(self.id, self.make_args, actions)
+            self.game = GAME_SOURCES[source](self.id, self.make_args, actions)
         self.intro = intro or (_toy_text(self.id)[1] if source == "gymnasium" else "")
         names = self.game.names
         self.system_prompt = SYSTEM_PROMPT.format(
