@@ -42,10 +42,18 @@ class Registry(Generic[T]):
         return iter(sorted(self._items.items()))
 
 
+_WALKED: set[str] = set()
+
+
 def import_submodules(*packages: str) -> None:
     """Import every module of each package, so that each registers what it defines: adding an environment,
-    a strategy or a generator is one new file with one decorator, and no list to keep."""
+    a strategy or a generator is one new file with one decorator, and no list to keep. Each package is walked
+    once per process: a module file added to the source tree while a run is going is not picked up halfway
+    (beside the older versions of the modules it imports)."""
     for package in packages:
+        if package in _WALKED:
+            continue
         module = importlib.import_module(package)
         for info in pkgutil.iter_modules(module.__path__, prefix=f"{package}."):
             importlib.import_module(info.name)
+        _WALKED.add(package)  # only once every module imported: a failed walk is tried again, and fails alike
