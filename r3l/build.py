@@ -154,16 +154,20 @@ def make_generator(config: Config, model, tokenizer) -> Generator:
     g = config.generator
     cls: Callable[..., Generator] = GENERATORS.get(g.name)  # each takes (model, tokenizer, its own settings)
     accepted = inspect.signature(cls.__init__).parameters
-    settings: dict[str, Any] = {
+    lora = config.model.lora
+    settings: dict[str, Any] = {  # the constructor's parameters, each from the generator setting of `source`
         "prefill_chunk": g.prefill_chunk,
         "engine_args": g.engine_args,
         "sleep": g.sleep,
         "decode": g.decode,
+        "lora_rank": lora.r if lora.enabled and g.lora_sync == "adapter" else None,
     }
-    for name, value in settings.items():
-        if name not in accepted and value != type(g).model_fields[name].default:
+    source = {"lora_rank": "lora_sync"}
+    for name in settings:
+        setting = source.get(name, name)
+        if name not in accepted and getattr(g, setting) != type(g).model_fields[setting].default:
             raise UserError(
-                f"generator '{g.name}' has no setting generator.{name}; remove it (or choose the "
+                f"generator '{g.name}' has no setting generator.{setting}; remove it (or choose the "
                 "generator it belongs to: r3l config shows each setting's generator)"
             )
     settings["dtype"] = DTYPES[generator_dtype(config)]

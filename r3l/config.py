@@ -102,6 +102,11 @@ class GeneratorConfig(Section):
         description="vllm: free the engine's memory while the learner "
         "trains (true, false, or auto: where vLLM supports it, CUDA)",
     )
+    lora_sync: Literal["adapter", "merged"] = Field(
+        "adapter",
+        description="vllm with model.lora.enabled: adapter = the engine serves the base weights once and "
+        "receives only the LoRA adapter after each update; merged = full merged weights every update",
+    )
 
     @model_validator(mode="before")
     @classmethod

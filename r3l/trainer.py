@@ -21,13 +21,14 @@ from r3l.experience import write_jsonl
 from r3l.faults import failpoint
 from r3l.learner.checkpoint import (
     drop_optimizer_state,
+    is_lora,
     latest_checkpoint,
     load_trainer_state,
     restore_rng,
     save_checkpoint,
 )
 from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning
-from r3l.learner.weights import load_weights, merged_state_dict
+from r3l.learner.weights import load_weights, merged_state_dict, saved_adapter
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import map_large_blocks, memory_metrics, release_free_memory
 from r3l.seeding import seed_everything
@@ -174,8 +175,16 @@ class Trainer:
     def _sync_generators(self) -> None:
         """The policy's current weights to the generator (evaluation, and rollouts in one process) and to the
         rollout workers."""
+        generator = self.parts.generator
+        adapter_only = is_lora(self.model) and generator.takes_adapters  # the engine holds the base weights already
+        if adapter_only:
+            with saved_adapter(self.model) as folder:
+                generator.sync_adapter(str(folder))
+            if self.rollout_pool is None:
+                return
         with merged_state_dict(self.model) as weights:
-            self.parts.generator.sync_weights(weights)
+            if not adapter_only:
+                generator.sync_weights(weights)
             if self.rollout_pool is not None:
                 self.rollout_pool.sync_weights(weights)
 

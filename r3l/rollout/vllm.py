@@ -16,6 +16,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -73,7 +74,10 @@ class VLLMGenerator(Generator):
         dtype: torch.dtype = torch.bfloat16,
         engine_args: dict[str, Any] | None = None,
         sleep: str | bool = "auto",
+        lora_rank: int | None = None,
     ):
+        """`lora_rank`: serve the base weights once and take the policy's LoRA adapter (of at most this rank)
+        after each update (`sync_adapter`) instead of merged weights."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm
@@ -99,8 +103,11 @@ class VLLMGenerator(Generator):
             # the grammar library the learner replays constraints with (r3l/rollout/constraints.py)
             "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
             **COLOCATED.get(device, {}),
+            **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
             **(engine_args or {}),
         }
+        self.lora_rank = lora_rank
+        self._adapter: Any = None  # the LoRARequest generation uses (None: the base weights alone)
         self.llm = vllm.LLM(model=folder, **settings)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
@@ -110,6 +117,7 @@ class VLLMGenerator(Generator):
             "generate_seconds": 0.0,
             "weight_syncs": 0,
             "sync_seconds": 0.0,
+            "sync_bytes": 0,
             "prompts_over_context": 0,
             "sleeps": 0,
             "decode_seconds": 0.0,
@@ -122,9 +130,11 @@ class VLLMGenerator(Generator):
         return dict(self._stats)
 
     def release_memory(self) -> None:
-        """Sleep (level 2: weights and KV cache freed) while the learner trains; the next weight sync wakes it."""
+        """Sleep while the learner trains; the next sync wakes it. Level 2 frees the weights and the KV cache (a
+        merged sync brings all weights back); with adapters the base weights are kept in host memory (level 1),
+        since only the adapter comes back."""
         if self.sleeps and not self.asleep:
-            self.llm.sleep(level=2)
+            self.llm.sleep(level=1 if self.lora_rank else 2)
             self.asleep = True
             self._stats["sleeps"] += 1
 
@@ -141,6 +151,34 @@ class VLLMGenerator(Generator):
             self.asleep = False
         self.llm.reset_prefix_cache()  # cached keys and values belong to the old weights
         self._stats["weight_syncs"] += 1
+        self._stats["sync_bytes"] += sum(tensor.numel() * tensor.element_size() for _, tensor in weights)
+        self._stats["sync_seconds"] += time.perf_counter() - started
+
+    @property
+    def takes_adapters(self) -> bool:
+        return bool(self.lora_rank)
+
+    def sync_adapter(self, folder: str) -> None:
+        """Load the adapter in `folder` into the engine now (the folder may go once this returns) and sample
+        with it from here on; the previous adapter is dropped."""
+        from vllm.lora.request import LoRARequest
+
+        if not self.lora_rank:
+            raise RuntimeError("this vLLM engine was built without LoRA (lora_rank); sync merged weights instead")
+        started = time.perf_counter()
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+        number = int(self._stats["weight_syncs"]) + 1
+        request = LoRARequest(f"policy-{number}", number, str(folder))
+        engine = self.llm.llm_engine
+        engine.add_lora(request)
+        if self._adapter is not None:
+            engine.remove_lora(self._adapter.lora_int_id)
+        self._adapter = request
+        self.llm.reset_prefix_cache()
+        self._stats["weight_syncs"] += 1
+        self._stats["sync_bytes"] += sum(path.stat().st_size for path in Path(folder).iterdir() if path.is_file())
         self._stats["sync_seconds"] += time.perf_counter() - started
 
     def _sampling(self, params: SamplingParams, seed: int | None, constraint: Constraint | None = None):
@@ -198,7 +236,7 @@ class VLLMGenerator(Generator):
         requests = [TokensPrompt(prompt_token_ids=list(prompts[index])) for index, _ in rows]
         constraint_of = [None] * len(prompts) if constraints is None or unconstrained(constraints) else constraints
         sampling = [self._sampling(params, seeds[index * n + sample], constraint_of[index]) for index, sample in rows]
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False) if requests else []
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self._adapter) if requests else []
         results = [[Completion([], [], "", "length") for _ in range(n)] for _ in prompts]
         for (index, sample), output in zip(rows, outputs):
             completion = self._completion(output.outputs[0])
