@@ -96,6 +96,10 @@ class ProcessEnv(Env):
                 self._attributes = self._receive()
             return self._attributes
 
+    def wait_ready(self) -> None:
+        """Wait until the process has built its environment (spawning and a simulator's start can take seconds)."""
+        self._ready()
+
     def __getattribute__(self, name: str) -> Any:
         if name in ATTRIBUTES:
             return object.__getattribute__(self, "_ready")()[name]

@@ -177,6 +177,9 @@ class EpisodeRunner:
     def _open(self, start: EpisodeStart, env: Env) -> str:
         """The environment's side of a start: reset, or replay the base episode's first `pivot` actions."""
         timeout = self.limits.env_timeout
+        ready = getattr(env, "wait_ready", None)
+        if ready is not None:  # a process still building its environment: as making one here, not under the timeout
+            guarded_call(env, None, ready)
         if start.base is None:
             return guarded_call(env, timeout, env.reset, start.task)
         actions = [step.played for step in start.base.steps[: start.pivot]]
