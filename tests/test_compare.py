@@ -162,3 +162,26 @@ def test_compare_two_presets_and_rebuild_the_table(tmp_path):
     assert rerun.returncode == 0 and "running" not in rerun.stdout and (out / "compare.md").read_text() == made
     clash = run_cli("compare", "grpo", "--seeds", "1", "--out", str(out), *tiny, cwd=tmp_path)
     assert clash.returncode == 2 and "holds another comparison" in clash.stderr
+
+
+def test_runs_that_try_twice_get_second_try_columns():
+    # R3's evaluations (eval.attempts=2): the second try after a reflection, before and after, pooled over seeds;
+    # an arm that tried once shows '-' there
+    r3 = [RunResult("r3", seed, 0.55, 30, final_counts=(11, 20), before=0.6, before_counts=(12, 20),
+                    second_before=0.6, second_before_counts=(12, 20), second_final=final / 20,
+                    second_final_counts=(final, 20)) for seed, final in ((0, 13), (1, 14))]
+    grpo = [RunResult("grpo", 0, 0.7, 30, final_counts=(14, 20), before=0.6, before_counts=(12, 20))]
+    markdown, csv = table([*r3, *grpo])
+    rows = markdown.splitlines()
+    assert "| before: 2nd try | after: 2nd try (seeds pooled) | after: 2nd try, 95% Wilson |" in rows[0]
+    # 27 of 40 pooled: p 0.675, z 1.959964: centre (0.675 + 3.841459 / 80) / 1.096036 = 0.659665,
+    # half-width 1.959964 * sqrt(0.675 * 0.325 / 40 + 3.841459 / 6400) / 1.096036 = 0.139489; the first try,
+    # 22 of 40: centre 0.598018 / 1.096036 = 0.545620, half-width 1.959964 * 0.082388 / 1.096036 = 0.147328
+    assert rows[2].startswith("| r3 | 2 | 0.600 | [0.387, 0.781] | 0.550 | [0.398, 0.693] | 0.600 | 0.675 | "
+                              "[0.520, 0.799] | 0.55 0.55 |")
+    assert rows[3].startswith("| grpo | 1 | 0.600 | [0.387, 0.781] | 0.700 | [0.481, 0.855] | - | - | - | 0.70 |")
+    import csv as csv_module
+
+    assert [len(row) for row in csv_module.reader(csv.splitlines())] == [14, 14, 14]
+    # without a second try anywhere the table keeps its shape
+    assert "2nd try" not in table(grpo)[0]

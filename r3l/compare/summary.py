@@ -33,6 +33,11 @@ class RunResult:
     before: float | None = None  # held-out success before training
     before_counts: Counts | None = None
     counts: dict[int, Counts] = field(default_factory=dict)  # step -> (successes, tasks), from eval_*.json
+    # R3's second try after a reflection (runs evaluated with eval.attempts=2), before and after training
+    second_before: float | None = None
+    second_before_counts: Counts | None = None
+    second_final: float | None = None
+    second_final_counts: Counts | None = None
 
     def intermediate(self) -> list[tuple[int, float]]:
         """The evaluations during training (`eval.every`), neither the one before (step 0) nor the one after."""
@@ -56,6 +61,14 @@ def _success(record: dict[str, Any]) -> float | None:
     return (record.get("first_try") or record).get("success")
 
 
+def second_try(record: dict[str, Any]) -> tuple[float | None, Counts | None]:
+    """(success, (successes, tasks)) of an evaluation's second try after a reflection; (None, None) without one."""
+    second, total = record.get("second_try") or {}, record.get("total")
+    successes = second.get("successes")
+    counts = (successes, total) if isinstance(successes, int) and isinstance(total, int) else None
+    return second.get("success"), counts
+
+
 def read_run(spec: RunSpec) -> RunResult:
     """From the run's summary.json, eval_*.json and metrics.jsonl (every session of it, resumes included)."""
     result = RunResult(spec.arm.label, spec.seed, None)
@@ -65,6 +78,8 @@ def read_run(spec: RunSpec) -> RunResult:
         after, before = data.get("eval_after") or {}, data.get("eval_before") or {}
         result.final, result.final_counts = _success(after), eval_counts(after)
         result.before, result.before_counts = _success(before), eval_counts(before)
+        result.second_final, result.second_final_counts = second_try(after)
+        result.second_before, result.second_before_counts = second_try(before)
     for path in sorted(spec.directory.glob("eval_*.json")):  # before, after and every intermediate evaluation
         try:
             record = json.loads(path.read_text())
@@ -105,7 +120,8 @@ def _cells(values: list[float | None], counts: list[Counts | None], pool) -> tup
 
 def table(results: Sequence[RunResult]) -> tuple[str, str]:
     """(Markdown, CSV): per config, held-out success before and after training over the finished seeds, each
-    with its 95% Wilson interval on the successes pooled over seeds, then steps, wall time and tokens (means
+    with its 95% Wilson interval on the successes pooled over seeds (where any run tried twice, R3's second
+    try after a reflection as well; '-' for runs that tried once), then steps, wall time and tokens (means
     over seeds)."""
     labels = list(dict.fromkeys(r.label for r in results))
     header = [
@@ -121,6 +137,9 @@ def table(results: Sequence[RunResult]) -> tuple[str, str]:
         "generated tokens",
         "trained tokens",
     ]
+    two_tries = any(r.second_final is not None for r in results)  # R3's evaluations: the second try too
+    if two_tries:
+        header[6:6] = ["before: 2nd try", "after: 2nd try (seeds pooled)", "after: 2nd try, 95% Wilson"]
     rows = []
     for label in labels:
         runs = [r for r in results if r.label == label and r.final is not None]
@@ -128,12 +147,22 @@ def table(results: Sequence[RunResult]) -> tuple[str, str]:
             rows.append([label, "0", *["-"] * (len(header) - 2)])
             continue
         count = len(runs)
+        second: list[str] = []
+        if two_tries:
+            before_cell, _ = _cells(
+                [r.second_before for r in runs], [r.second_before_counts for r in runs], pooled_before
+            )
+            second = [
+                before_cell,
+                *_cells([r.second_final for r in runs], [r.second_final_counts for r in runs], pooled),
+            ]
         rows.append(
             [
                 label,
                 str(count),
                 *_cells([r.before for r in runs], [r.before_counts for r in runs], pooled_before),
                 *_cells([r.final for r in runs], [r.final_counts for r in runs], pooled),
+                *second,
                 " ".join(f"{r.final:.2f}" for r in runs),
                 f"{sum(r.steps for r in runs) / count:.0f}",
                 f"{sum(r.seconds for r in runs) / count / 60:.1f}",
