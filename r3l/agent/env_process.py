@@ -33,7 +33,6 @@ ATTRIBUTES = (
     "deterministic",
     "system_prompt",
 )
-CALLS = ("reset", "step", "replay", "reply_constraint", "tasks")
 CLOSE_SECONDS = 5.0
 
 
@@ -111,9 +110,7 @@ class ProcessEnv(Env):
             kind, value = self._connection.recv()
         except (EOFError, OSError):
             self._process.join(timeout=1)
-            raise EnvironmentProcessDied(
-                f"the environment process exited (exit code {self._process.exitcode})"
-            ) from None
+            raise self._died() from None
         if kind == "user_error":
             raise UserError(value)
         if kind == "error":
@@ -125,10 +122,11 @@ class ProcessEnv(Env):
         try:
             self._connection.send((method, args))
         except (BrokenPipeError, OSError):
-            raise EnvironmentProcessDied(
-                f"the environment process exited (exit code {self._process.exitcode})"
-            ) from None
+            raise self._died() from None
         return self._receive()
+
+    def _died(self) -> EnvironmentProcessDied:
+        return EnvironmentProcessDied(f"the environment process exited (exit code {self._process.exitcode})")
 
     def tasks(self, split: str) -> Sequence[Task]:
         return self._call("tasks", split)
@@ -146,10 +144,6 @@ class ProcessEnv(Env):
         return self._call("reply_constraint", reply)
 
     # --- ending -------------------------------------------------------------------------------------------
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid
-
     def abort(self) -> None:
         """Kill the process at once (a hung or broken environment); a call blocked on it then raises."""
         if self._process.is_alive():
