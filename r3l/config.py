@@ -224,7 +224,14 @@ class TrainConfig(Section):
     betas: tuple[float, float] = (0.9, 0.99)
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     schedule: Literal["constant", "cosine"] = "constant"
-    micro_batch_size: int = Field(16, gt=0)
+    micro_batch_size: int = Field(16, gt=0, description="most experiences one forward pass takes")
+    micro_batch_overhead: int = Field(
+        64,
+        ge=0,
+        description="padded positions one more forward pass is worth: experiences of like lengths share a "
+        "micro-batch, cut where padding costs more than this (raise it on a GPU, where a pass's fixed cost "
+        "outweighs positions)",
+    )
     grad_clip: float = Field(1.0, gt=0)
     share_prefix: bool = Field(True, description="compute a prompt shared by a group once per micro-batch")
     skip_zero_advantage: bool = Field(

@@ -33,8 +33,13 @@ def test_collate_spreads_each_experience_advantage_over_its_row():
     assert collate([first, second], pad_id=0)["advantages"].tolist() == [[0.5, 0.5], [-2.0, 0.0]]  # padding stays 0
 
 
-def test_micro_batches_sort_by_length():
-    assert micro_batches([5, 1, 4, 2, 3], 2) == [[1, 3], [4, 2], [0]]
+def test_micro_batches_sort_by_length_and_cut_where_padding_costs_most():
+    lengths = [10, 11, 40, 41, 13]
+    # sorted 10 11 13 | 40 41: 3 x 13 + 2 x 41 + 2 x 5 = 131 (each alone: 115 + 25; 10 11 | 13 | 40 41: 132)
+    assert micro_batches(lengths, 3, overhead=5) == [[0, 1, 4], [2, 3]]
+    assert micro_batches(lengths, 3, overhead=0) == [[0], [1], [4], [2], [3]]  # no padding at all
+    # at most 2 rows, 3 passes at least: 10 11 | 13 | 40 41 pads 117, 10 | 11 13 | 40 41 118, 10 11 | 13 40 | 41 143
+    assert micro_batches(lengths, 2, overhead=1000) == [[0, 1], [4], [2, 3]]
 
 
 def test_assign_advantages_uses_groups():

@@ -3,7 +3,13 @@ import torch
 
 from r3l.config import AlgorithmConfig, TrainConfig
 from r3l.experience import Experience
-from r3l.learner.batching import collate, collate_shared_prefix, prefix_micro_batches, shared_prefix_length
+from r3l.learner.batching import (
+    cheapest_split,
+    collate,
+    collate_shared_prefix,
+    prefix_micro_batches,
+    shared_prefix_length,
+)
 from r3l.learner.learner import Learner
 
 
@@ -30,8 +36,22 @@ def test_shared_prefix_length_stops_before_the_last_prompt_token():
 
 
 def test_prefix_micro_batches_keep_groups_together():
-    assert prefix_micro_batches(batch_of_groups(), 4) == [[0, 1, 4], [2, 3]]
-    assert prefix_micro_batches(batch_of_groups(), 2) == [[0, 1], [4], [2, 3]]
+    # run a: prefix 5, suffixes 4, 2, 3; run b: prefix 4, suffixes 5, 2; ordered by prefix + suffix, then prefix
+    assert prefix_micro_batches(batch_of_groups(), 4) == [[2, 3], [0, 1, 4]]
+    assert prefix_micro_batches(batch_of_groups(), 2) == [[4], [2, 3], [0, 1]]
+
+
+def test_cheapest_split_weighs_padding_against_one_more_pass():
+    # (rows, prefix width, row width): two short runs and one long reflection-like sample
+    widths = [(4, 60, 20), (4, 60, 25), (1, 300, 80)]
+    # one pass: 3 x 300 + 9 x 80 = 1620; short runs together, long apart: (2 x 60 + 8 x 25) + (300 + 80) = 700;
+    # each apart: (60 + 80) + (60 + 100) + 380 = 680
+    assert cheapest_split(widths, 32, overhead=64) == [[0, 1], [2]]  # 1684 / 828 / 872
+    assert cheapest_split(widths, 32, overhead=0) == [[0], [1], [2]]
+    assert cheapest_split(widths, 32, overhead=1000) == [[0, 1, 2]]  # 2620 / 2700 / 3680
+    assert cheapest_split(widths, 8, overhead=1000) == [[0, 1], [2]]  # 9 rows do not fit in 8
+    assert cheapest_split([(40, 10, 10)], 8, overhead=0) == [[0]]  # wider than size: alone
+    assert cheapest_split([], 8, overhead=0) == []
 
 
 def test_collate_shared_prefix_layout():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -10,10 +11,38 @@ from r3l.experience import Experience
 from r3l.rollout.constraints import TokenMasks, stack_masks
 
 
-def micro_batches(lengths: Sequence[int], size: int) -> list[list[int]]:
-    """Indices grouped into micro-batches of at most `size`, sorted by length so padding stays small."""
+def cheapest_split(widths: Sequence[tuple[int, int, int]], size: int, overhead: int) -> list[list[int]]:
+    """Indices of `widths` (rows, prefix width, row width) per item, kept in their order and cut into contiguous
+    micro-batches of at most `size` rows that cost the fewest padded positions: a micro-batch of items pays
+    items x its widest prefix + rows x its widest row, plus `overhead` positions for running one more forward.
+    An item wider than `size` rows is a micro-batch of its own."""
+    count = len(widths)
+    best = [0] + [math.inf] * count  # best[j]: the cheapest split of the first j items
+    cut = [0] * (count + 1)
+    for end in range(1, count + 1):
+        rows = prefix = row = 0
+        for start in range(end - 1, -1, -1):
+            n, p, w = widths[start]
+            rows, prefix, row = rows + n, max(prefix, p), max(row, w)
+            if rows > size and start < end - 1:
+                break
+            cost = best[start] + (end - start) * prefix + rows * row + overhead
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    batches: list[list[int]] = []
+    end = count
+    while end:
+        batches.append(list(range(cut[end], end)))
+        end = cut[end]
+    return batches[::-1]
+
+
+def micro_batches(lengths: Sequence[int], size: int, overhead: int = 0) -> list[list[int]]:
+    """Indices sorted by length and cut into micro-batches of at most `size` where that pads the least (see
+    `cheapest_split`)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[start : start + size] for start in range(0, len(order), size)]
+    split = cheapest_split([(1, 0, lengths[i]) for i in order], size, overhead)
+    return [[order[i] for i in batch] for batch in split]
 
 
 def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.Tensor]:
@@ -69,23 +98,22 @@ def shared_prefix_length(experience: Experience) -> int:
     return max(0, first_trained - 1)
 
 
-def prefix_micro_batches(experiences: Sequence[Experience], size: int) -> list[list[int]]:
-    """Indices grouped so that each micro-batch holds whole runs of experiences with one shared prefix."""
+def prefix_micro_batches(experiences: Sequence[Experience], size: int, overhead: int = 0) -> list[list[int]]:
+    """Indices grouped so that each micro-batch holds whole runs of experiences with one shared prefix (a run
+    longer than `size` in chunks of `size`), runs of like widths together where that pads the least."""
     runs: dict[tuple[int, ...], list[int]] = {}
     for index, experience in enumerate(experiences):
         runs.setdefault(tuple(experience.tokens[: shared_prefix_length(experience)]), []).append(index)
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for members in runs.values():
-        for start in range(0, len(members), size):
-            chunk = members[start : start + size]
-            if current and len(current) + len(chunk) > size:
-                batches.append(current)
-                current = []
-            current = current + chunk
-    if current:
-        batches.append(current)
-    return batches
+    chunks = [members[start : start + size] for members in runs.values() for start in range(0, len(members), size)]
+    widths = [
+        (len(chunk), len(prefix), max(len(experiences[i].tokens) - len(prefix) for i in chunk))
+        for chunk, prefix in (
+            (chunk, experiences[chunk[0]].tokens[: shared_prefix_length(experiences[chunk[0]])]) for chunk in chunks
+        )
+    ]
+    order = sorted(range(len(chunks)), key=lambda c: (widths[c][1] + widths[c][2], widths[c][1]))
+    split = cheapest_split([widths[c] for c in order], size, overhead)
+    return [[i for c in batch for i in chunks[order[c]]] for batch in split]
 
 
 def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.Tensor]:

@@ -255,8 +255,10 @@ class Learner:
 
     def _micro_batches(self, experiences: Sequence[Experience]) -> list[list[int]]:
         if self._share_prefix(experiences):
-            return prefix_micro_batches(experiences, self.train.micro_batch_size)
-        return micro_batches([len(e.tokens) for e in experiences], self.train.micro_batch_size)
+            return prefix_micro_batches(experiences, self.train.micro_batch_size, self.train.micro_batch_overhead)
+        return micro_batches(
+            [len(e.tokens) for e in experiences], self.train.micro_batch_size, self.train.micro_batch_overhead
+        )
 
     def update(self, experiences: Sequence[Experience], behaviour_logprobs: bool = False) -> dict[str, float]:
         """One optimizer step per pass over `experiences` (advantages must already be set). With
