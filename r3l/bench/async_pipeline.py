@@ -1,0 +1,116 @@
+"""Section `async_pipeline`: training steps with rollout workers exploring in lock-step with the learner (S = 0)
+against exploring the next batch while the learner trains (`distributed.max_staleness=1`), on a simulator-bound
+environment.
+
+Each arm is the bench's config on the workload with two Ray rollout workers, trained by the real
+`Trainer.train_step` from the same seed for `warmup` unmeasured and `repeats` measured steps, one arm after the
+other. A step's `rollout_seconds` is how long the learner waited for its batch. The most overlap can give is
+(explore + train) / max(explore, train), from the S = 0 arm's medians; what the machine's cores allow is less when
+the workers and the learner share them.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any
+
+from r3l.bench.registry import BenchContext, SectionResult, section
+from r3l.config import Config, apply_override, parse_override
+
+WORKLOAD = ["env=scienceworld", "agent.max_turns=6"]
+WORKERS = 2
+ARMS = {"S = 0": ["distributed.max_staleness=0"], "S = 1": ["distributed.max_staleness=1"]}
+FIGURES = ("step_seconds", "rollout_seconds", "train_seconds", "staleness")
+
+
+def arm_config(config: Config, workload: list[str], overrides: list[str]) -> Config:
+    tree = config.model_dump(mode="json")
+    settings = [
+        *workload,
+        f"distributed.rollout_workers={WORKERS}",
+        *overrides,
+        "eval.size=0",
+        "logging.progress=false",
+    ]
+    for override in settings:
+        apply_override(tree, *parse_override(override))
+    return Config.model_validate(tree)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure(config: Config, run_dir, warmup: int, repeats: int) -> dict[str, Any]:
+    from r3l.trainer import Trainer
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config, run_dir=run_dir)
+    steps: list[dict[str, float]] = []
+    try:
+        for index in range(warmup + repeats):
+            started = time.perf_counter()
+            metrics = trainer.train_step()
+            metrics["step_seconds"] = time.perf_counter() - started
+            if index >= warmup:
+                steps.append({name: float(metrics.get(name, 0.0)) for name in FIGURES})
+    finally:
+        trainer.close()
+    return {name: spread([step[name] for step in steps]) for name in FIGURES}
+
+
+def overlap_bound(lockstep: dict[str, Any]) -> float:
+    """(explore + train) / max(explore, train) from the lock-step arm's medians: the speed-up of a perfect overlap."""
+    explore, train = lockstep["rollout_seconds"]["median"], lockstep["train_seconds"]["median"]
+    return (explore + train) / max(explore, train, 1e-9)
+
+
+@section("async_pipeline", order=45, title="Asynchronous exploration: S = 0 against S = 1 with two rollout workers")
+def async_pipeline(ctx: BenchContext) -> SectionResult:
+    repeats = max(1, ctx.repeats)
+    arms = {
+        label: measure(
+            arm_config(ctx.config, WORKLOAD, overrides),
+            ctx.out_dir / "async_pipeline" / label.replace(" = ", ""),
+            ctx.warmup,
+            repeats,
+        )
+        for label, overrides in ARMS.items()
+    }
+    lockstep, overlapped = arms["S = 0"], arms["S = 1"]
+    data = {
+        "workload": WORKLOAD,
+        "workers": WORKERS,
+        "cpus": os.cpu_count(),
+        "warmup": ctx.warmup,
+        "repeats": repeats,
+        "arms": arms,
+        "speedup": lockstep["step_seconds"]["median"] / max(overlapped["step_seconds"]["median"], 1e-9),
+        "overlap_bound": overlap_bound(lockstep),
+    }
+    return SectionResult(data, table(data))
+
+
+def table(data: dict) -> str:
+    def cell(figures: dict[str, float], digits: int = 1) -> str:
+        return f"{figures['median']:.{digits}f} [{figures['min']:.{digits}f}, {figures['max']:.{digits}f}]"
+
+    lines = [
+        f"`{' '.join(data['workload'])}`, {data['workers']} rollout workers, {data['cpus']} CPUs; {data['repeats']} "
+        f"measured steps per arm after {data['warmup']} unmeasured; medians [min, max].",
+        "",
+        "| arm | step s | learner waits for its batch s | learner trains s | staleness |",
+        "|---|---|---|---|---|",
+    ]
+    for label, figures in data["arms"].items():
+        lines.append(
+            f"| {label} | {cell(figures['step_seconds'])} | {cell(figures['rollout_seconds'])} | "
+            f"{cell(figures['train_seconds'])} | {figures['staleness']['median']:.0f} |"
+        )
+    lines.append(
+        f"\nS = 0 / S = 1 median step: **{data['speedup']:.2f}x**; a perfect overlap of the S = 0 phases would give "
+        f"{data['overlap_bound']:.2f}x."
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,120 @@
+"""Section `step_cost`: what one R3L training step costs against one GRPO step on the same tasks, where the time
+goes (base episodes, reflections, retries, the learner) and what the learner computed.
+
+Each arm is the bench's config with its algorithm preset, trained by the real `Trainer.train_step` from the same
+seed (so the same task batches) for `warmup` unmeasured and `repeats` measured steps, one arm after the other.
+The "one pass" arms set `train.micro_batch_overhead` so high that the learner cuts micro-batches only at
+`train.micro_batch_size` (how it batched before padding-aware micro-batches), to show what that change bought.
+Run it on the miniature's setting: `r3l bench examples/miniature_arithmetic.yaml --sections step_cost`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from r3l.bench.registry import BenchContext, SectionResult, section
+from r3l.config import Config, apply_override, parse_override
+
+ONE_PASS = "train.micro_batch_overhead=1000000000"
+ARMS = {
+    "grpo": ["algorithm=grpo"],
+    "r3l": ["algorithm=r3l"],
+    "grpo, one pass per micro-batch": ["algorithm=grpo", ONE_PASS],
+    "r3l, one pass per micro-batch": ["algorithm=r3l", ONE_PASS],
+}
+PHASES = ("base", "reflect", "retry")
+FIGURES = (
+    "step_seconds",
+    "rollout_seconds",
+    "train_seconds",
+    *(f"phase_seconds/{phase}" for phase in PHASES),
+    "generated_tokens",
+    "trained_tokens",
+    "forward_positions",
+    "forward_padded_positions",
+)
+
+
+def arm_config(config: Config, overrides: list[str]) -> Config:
+    tree = config.model_dump(mode="json")
+    for override in [*overrides, "eval.size=0", "logging.progress=false"]:
+        apply_override(tree, *parse_override(override))
+    return Config.model_validate(tree)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure(config: Config, run_dir, warmup: int, repeats: int) -> dict[str, Any]:
+    from r3l.trainer import Trainer
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config, run_dir=run_dir)
+    steps: list[dict[str, float]] = []
+    try:
+        for index in range(warmup + repeats):
+            started = time.perf_counter()
+            metrics = trainer.train_step()
+            metrics["step_seconds"] = time.perf_counter() - started
+            if index >= warmup:
+                steps.append({name: float(metrics.get(name, 0.0)) for name in FIGURES})
+    finally:
+        trainer.close()
+    return {name: spread([step[name] for step in steps]) for name in FIGURES}
+
+
+@section("step_cost", order=35, title="R3L against GRPO: one training step's cost and where it goes")
+def step_cost(ctx: BenchContext) -> SectionResult:
+    repeats = max(1, ctx.repeats)
+    arms = {
+        label: measure(
+            arm_config(ctx.config, overrides), ctx.out_dir / "step_cost" / label.replace(", ", "_"), ctx.warmup, repeats
+        )
+        for label, overrides in ARMS.items()
+    }
+    data: dict[str, Any] = {
+        "tasks_per_step": ctx.config.train.tasks_per_step,
+        "group_size": ctx.config.sampling.group_size,
+        "warmup": ctx.warmup,
+        "repeats": repeats,
+        "arms": arms,
+        "r3l_over_grpo": ratio(arms["r3l"], arms["grpo"]),
+        "r3l_over_grpo_one_pass": ratio(arms["r3l, one pass per micro-batch"], arms["grpo, one pass per micro-batch"]),
+    }
+    return SectionResult(data, table(data))
+
+
+def ratio(numerator: dict[str, Any], denominator: dict[str, Any]) -> float:
+    """Median step seconds of one arm over another's."""
+    return numerator["step_seconds"]["median"] / max(denominator["step_seconds"]["median"], 1e-9)
+
+
+def table(data: dict) -> str:
+    def cell(figures: dict[str, float], digits: int = 1) -> str:
+        return f"{figures['median']:.{digits}f} [{figures['min']:.{digits}f}, {figures['max']:.{digits}f}]"
+
+    lines = [
+        f"{data['tasks_per_step']} tasks x {data['group_size']} samples a step, the same task batches in every arm; "
+        f"{data['repeats']} measured steps per arm after {data['warmup']} unmeasured; medians [min, max]; arms one "
+        "after the other.",
+        "",
+        "| arm | step s | base s | reflect s | retry s | learner s | generated tokens | learner positions "
+        "(real / padded) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, figures in data["arms"].items():
+        lines.append(
+            f"| {label} | {cell(figures['step_seconds'])} | {cell(figures['phase_seconds/base'])} | "
+            f"{cell(figures['phase_seconds/reflect'])} | {cell(figures['phase_seconds/retry'])} | "
+            f"{cell(figures['train_seconds'])} | {figures['generated_tokens']['median']:.0f} | "
+            f"{figures['forward_positions']['median']:.0f} / {figures['forward_padded_positions']['median']:.0f} |"
+        )
+    lines += [
+        "",
+        f"R3L / GRPO median step: **{data['r3l_over_grpo']:.2f}x** (one pass per micro-batch: "
+        f"{data['r3l_over_grpo_one_pass']:.2f}x).",
+    ]
+    return "\n".join(lines) + "\n"
