@@ -2,8 +2,8 @@
 against exploring the next batch while the learner trains (`distributed.max_staleness=1`), on a simulator-bound
 environment.
 
-Each arm is the bench's config on the workload with two Ray rollout workers, trained by the real
-`Trainer.train_step` from the same seed for `warmup` unmeasured and `repeats` measured steps, one arm after the
+Each arm is the bench's config on the workload with one or two Ray rollout workers (one CPU each), trained by the
+real `Trainer.train_step` from the same seed for `warmup` unmeasured and `repeats` measured steps, one arm after the
 other. A step's `rollout_seconds` is how long the learner waited for its batch. The most overlap can give is
 (explore + train) / max(explore, train), from the S = 0 arm's medians; what the machine's cores allow is less when
 the workers and the learner share them.
@@ -20,17 +20,21 @@ from r3l.bench.registry import BenchContext, SectionResult, section
 from r3l.config import Config, apply_override, parse_override
 
 WORKLOAD = ["env=scienceworld", "agent.max_turns=6"]
-WORKERS = 2
-ARMS = {"S = 0": ["distributed.max_staleness=0"], "S = 1": ["distributed.max_staleness=1"]}
+WORKER_COUNTS = (1, 2)
+STALENESS = (0, 1)
 FIGURES = ("step_seconds", "rollout_seconds", "train_seconds", "staleness")
 
 
-def arm_config(config: Config, workload: list[str], overrides: list[str]) -> Config:
+def arm_label(workers: int, staleness: int) -> str:
+    return f"{workers} worker{'s' if workers > 1 else ''}, S = {staleness}"
+
+
+def arm_config(config: Config, workload: list[str], workers: int, staleness: int) -> Config:
     tree = config.model_dump(mode="json")
     settings = [
         *workload,
-        f"distributed.rollout_workers={WORKERS}",
-        *overrides,
+        f"distributed.rollout_workers={workers}",
+        f"distributed.max_staleness={staleness}",
         "eval.size=0",
         "logging.progress=false",
     ]
@@ -67,28 +71,33 @@ def overlap_bound(lockstep: dict[str, Any]) -> float:
     return (explore + train) / max(explore, train, 1e-9)
 
 
-@section("async_pipeline", order=45, title="Asynchronous exploration: S = 0 against S = 1 with two rollout workers")
+@section("async_pipeline", order=45, title="Asynchronous exploration: S = 0 against S = 1 with rollout workers")
 def async_pipeline(ctx: BenchContext) -> SectionResult:
     repeats = max(1, ctx.repeats)
     arms = {
-        label: measure(
-            arm_config(ctx.config, WORKLOAD, overrides),
-            ctx.out_dir / "async_pipeline" / label.replace(" = ", ""),
+        arm_label(workers, staleness): measure(
+            arm_config(ctx.config, WORKLOAD, workers, staleness),
+            ctx.out_dir / "async_pipeline" / f"workers{workers}_S{staleness}",
             ctx.warmup,
             repeats,
         )
-        for label, overrides in ARMS.items()
+        for workers in WORKER_COUNTS
+        for staleness in STALENESS
     }
-    lockstep, overlapped = arms["S = 0"], arms["S = 1"]
+    speedups = {}
+    for workers in WORKER_COUNTS:
+        lockstep, overlapped = arms[arm_label(workers, 0)], arms[arm_label(workers, 1)]
+        speedups[str(workers)] = {
+            "speedup": lockstep["step_seconds"]["median"] / max(overlapped["step_seconds"]["median"], 1e-9),
+            "overlap_bound": overlap_bound(lockstep),
+        }
     data = {
         "workload": WORKLOAD,
-        "workers": WORKERS,
         "cpus": os.cpu_count(),
         "warmup": ctx.warmup,
         "repeats": repeats,
         "arms": arms,
-        "speedup": lockstep["step_seconds"]["median"] / max(overlapped["step_seconds"]["median"], 1e-9),
-        "overlap_bound": overlap_bound(lockstep),
+        "speedups": speedups,
     }
     return SectionResult(data, table(data))
 
@@ -98,7 +107,7 @@ def table(data: dict) -> str:
         return f"{figures['median']:.{digits}f} [{figures['min']:.{digits}f}, {figures['max']:.{digits}f}]"
 
     lines = [
-        f"`{' '.join(data['workload'])}`, {data['workers']} rollout workers, {data['cpus']} CPUs; {data['repeats']} "
+        f"`{' '.join(data['workload'])}`, {data['cpus']} CPUs; {data['repeats']} "
         f"measured steps per arm after {data['warmup']} unmeasured; medians [min, max].",
         "",
         "| arm | step s | learner waits for its batch s | learner trains s | staleness |",
@@ -109,8 +118,10 @@ def table(data: dict) -> str:
             f"| {label} | {cell(figures['step_seconds'])} | {cell(figures['rollout_seconds'])} | "
             f"{cell(figures['train_seconds'])} | {figures['staleness']['median']:.0f} |"
         )
-    lines.append(
-        f"\nS = 0 / S = 1 median step: **{data['speedup']:.2f}x**; a perfect overlap of the S = 0 phases would give "
-        f"{data['overlap_bound']:.2f}x."
-    )
+    lines.append("")
+    for workers, figures in data["speedups"].items():
+        lines.append(
+            f"- {workers} worker(s): S = 0 / S = 1 median step **{figures['speedup']:.2f}x**; a perfect overlap of "
+            f"the S = 0 phases would give {figures['overlap_bound']:.2f}x."
+        )
     return "\n".join(lines) + "\n"
