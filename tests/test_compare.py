@@ -185,3 +185,18 @@ def test_runs_that_try_twice_get_second_try_columns():
     assert [len(row) for row in csv_module.reader(csv.splitlines())] == [14, 14, 14]
     # without a second try anywhere the table keeps its shape
     assert "2nd try" not in table(grpo)[0]
+
+
+def test_the_plot_shows_a_second_try_beside_the_first():
+    r3 = [RunResult("r3", seed, 0.55, 30, final_counts=(11, 20), before=0.6, before_counts=(12, 20),
+                    second_before=0.6, second_before_counts=(12, 20), second_final=final / 20,
+                    second_final_counts=(final, 20)) for seed, final in ((0, 13), (1, 14))]
+    grpo = [RunResult("grpo", 0, 0.7, 30, final_counts=(14, 20), before=0.6, before_counts=(12, 20))]
+    bells = dumbbells([*r3, *grpo])
+    assert list(bells) == ["r3", "r3, 2nd try", "grpo"]
+    second = bells["r3, 2nd try"]
+    assert second.before == pooled_before([(12, 20), (12, 20)]) and second.after == pooled([(13, 20), (14, 20)])
+    assert second.per_seed == [0.65, 0.7] and second.steps == 30
+    assert bells["r3"].after == pooled([(11, 20), (11, 20)])
+    labels = [tick.get_text() for tick in figure([*r3, *grpo]).axes[0].get_xticklabels()]
+    assert labels[1].startswith("r3, 2nd try\n(2 seeds, 30 steps)")

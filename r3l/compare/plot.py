@@ -26,19 +26,38 @@ class Dumbbell:
 
 
 def dumbbells(results: Sequence[RunResult]) -> dict[str, Dumbbell]:
-    """Per config, over its finished seeds: success before and after training (pooled, 95% Wilson)."""
+    """Per config, over its finished seeds: success before and after training (pooled, 95% Wilson); for a config
+    whose runs tried twice (R3's evaluations), a second entry "<label>, 2nd try" for the try after a reflection."""
     out: dict[str, Dumbbell] = {}
     for label in dict.fromkeys(r.label for r in results):
         runs = [r for r in results if r.label == label and r.final is not None]
-        finals = [r.final for r in runs if r.final is not None]
-        befores = [(r.before, r.before_counts) for r in runs if r.before is not None]
-        out[label] = Dumbbell(
-            estimate([before for before, _ in befores], [counts for _, counts in befores], pooled_before),
-            estimate(finals, [r.final_counts for r in runs], pooled),
-            finals,
-            max((r.steps for r in runs), default=0),
+        steps = max((r.steps for r in runs), default=0)
+        out[label] = dumbbell(
+            [(r.before, r.before_counts) for r in runs], [(r.final, r.final_counts) for r in runs], steps
         )
+        if any(r.second_final is not None for r in runs):
+            out[f"{label}, 2nd try"] = dumbbell(
+                [(r.second_before, r.second_before_counts) for r in runs],
+                [(r.second_final, r.second_final_counts) for r in runs],
+                steps,
+            )
     return out
+
+
+def dumbbell(
+    befores: Sequence[tuple[float | None, Counts | None]],
+    afters: Sequence[tuple[float | None, Counts | None]],
+    steps: int,
+) -> Dumbbell:
+    """Before and after, each pooled over the runs that have it."""
+    before = [(value, counts) for value, counts in befores if value is not None]
+    after = [(value, counts) for value, counts in afters if value is not None]
+    return Dumbbell(
+        estimate([v for v, _ in before], [c for _, c in before], pooled_before),
+        estimate([v for v, _ in after], [c for _, c in after], pooled),
+        [v for v, _ in after],
+        steps,
+    )
 
 
 def curves(results: Sequence[RunResult]) -> dict[str, list[tuple[int, float, float, float, int]]]:
