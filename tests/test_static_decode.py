@@ -105,3 +105,12 @@ def test_vllm_pure_helpers():
         [True, False, False, True]
     with pytest.raises(UserError, match="generator.sleep=true"):
         sleep_wanted(True, False)
+
+
+def test_a_lora_rank_vllm_does_not_take_is_served_at_the_next_one_it_does():
+    from r3l.rollout.vllm import FALLBACK_LORA_RANKS, served_lora_rank, vllm_lora_ranks
+
+    assert [served_lora_rank(r, FALLBACK_LORA_RANKS) for r in (1, 4, 8, 12, 16, 300)] == [1, 8, 8, 16, 16, 320]
+    with pytest.raises(UserError, match="model.lora.r=600 is above the largest LoRA rank vLLM serves .512."):
+        served_lora_rank(600, FALLBACK_LORA_RANKS)
+    assert 8 in vllm_lora_ranks() and 16 in vllm_lora_ranks()  # the installed vLLM's, or the fallback without it

@@ -231,7 +231,8 @@ def test_a_lora_run_on_vllm_syncs_the_adapter_alone(tmp_path):
     from r3l.config import load_config
     from r3l.trainer import Trainer
 
-    overrides = ["generator=vllm", "generator.dtype=float32", "model.lora.enabled=true", "model.lora.r=8",
+    # rank 4: vLLM serves ranks 1, 8, 16, ... only, so the engine is built for 8 and serves the adapter padded
+    overrides = ["generator=vllm", "generator.dtype=float32", "model.lora.enabled=true", "model.lora.r=4",
                  "train.steps=2", "train.tasks_per_step=2", "sampling.group_size=4", "eval.size=0",
                  "logging.tensorboard=false", "logging.progress=false", f"run.dir={tmp_path}"]
     config = load_config(None, overrides)
@@ -240,4 +241,4 @@ def test_a_lora_run_on_vllm_syncs_the_adapter_alone(tmp_path):
     assert trainer.run()["step"] == 2
     stats = trainer.parts.generator.stats
     assert trainer.parts.generator.takes_adapters and stats["weight_syncs"] >= 2
-    assert stats["sync_bytes"] / stats["weight_syncs"] < 20 * 2**20  # the adapter (r 8: ~4.7 MB), not 0.5 GB
+    assert stats["sync_bytes"] / stats["weight_syncs"] < 20 * 2**20  # the adapter (r 4: ~2.4 MB), not 0.5 GB

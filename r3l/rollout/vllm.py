@@ -63,6 +63,33 @@ def sleep_wanted(setting: str | bool, available: bool) -> bool:
     return setting is True or (setting == "auto" and available)
 
 
+FALLBACK_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's MaxLoRARanks
+
+
+def served_lora_rank(rank: int, allowed: Sequence[int]) -> int:
+    """The engine's `max_lora_rank` for an adapter of `rank`: the smallest value vLLM allows that holds it (vLLM
+    takes only a fixed set; an adapter of lower rank is served padded). One line when none does."""
+    fitting = sorted(value for value in allowed if value >= rank)
+    if not fitting:
+        raise UserError(
+            f"model.lora.r={rank} is above the largest LoRA rank vLLM serves ({max(allowed)}); lower model.lora.r or "
+            "use generator.lora_sync=merged"
+        )
+    return fitting[0]
+
+
+def vllm_lora_ranks() -> tuple[int, ...]:
+    """The `max_lora_rank` values the installed vLLM accepts."""
+    import typing
+
+    try:
+        from vllm.config.lora import MaxLoRARanks
+    except ImportError:
+        return FALLBACK_LORA_RANKS
+    values = tuple(value for value in typing.get_args(MaxLoRARanks) if isinstance(value, int))
+    return values or FALLBACK_LORA_RANKS
+
+
 @GENERATORS.register("vllm")
 class VLLMGenerator(Generator):
     """Samples with a vLLM engine built from a copy of the policy's weights (written once to a temporary folder)."""
@@ -103,7 +130,11 @@ class VLLMGenerator(Generator):
             # the grammar library the learner replays constraints with (r3l/rollout/constraints.py)
             "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
             **COLOCATED.get(device, {}),
-            **({"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}),
+            **(
+                {"enable_lora": True, "max_lora_rank": served_lora_rank(lora_rank, vllm_lora_ranks()), "max_loras": 1}
+                if lora_rank
+                else {}
+            ),
             **(engine_args or {}),
         }
         self.lora_rank = lora_rank
