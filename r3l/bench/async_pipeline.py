@@ -12,12 +12,10 @@ the workers and the learner share them.
 from __future__ import annotations
 
 import os
-import statistics
-import time
 from typing import Any
 
 from r3l.bench.registry import BenchContext, SectionResult, section
-from r3l.config import Config, apply_override, parse_override
+from r3l.bench.train_steps import timed_steps, with_overrides
 
 WORKLOAD = ["env=scienceworld", "agent.max_turns=6"]
 WORKER_COUNTS = (1, 2)
@@ -29,40 +27,14 @@ def arm_label(workers: int, staleness: int) -> str:
     return f"{workers} worker{'s' if workers > 1 else ''}, S = {staleness}"
 
 
-def arm_config(config: Config, workload: list[str], workers: int, staleness: int) -> Config:
-    tree = config.model_dump(mode="json")
-    settings = [
-        *workload,
+def arm_overrides(workers: int, staleness: int) -> list[str]:
+    return [
+        *WORKLOAD,
         f"distributed.rollout_workers={workers}",
         f"distributed.max_staleness={staleness}",
         "eval.size=0",
         "logging.progress=false",
     ]
-    for override in settings:
-        apply_override(tree, *parse_override(override))
-    return Config.model_validate(tree)
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def measure(config: Config, run_dir, warmup: int, repeats: int) -> dict[str, Any]:
-    from r3l.trainer import Trainer
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(config, run_dir=run_dir)
-    steps: list[dict[str, float]] = []
-    try:
-        for index in range(warmup + repeats):
-            started = time.perf_counter()
-            metrics = trainer.train_step()
-            metrics["step_seconds"] = time.perf_counter() - started
-            if index >= warmup:
-                steps.append({name: float(metrics.get(name, 0.0)) for name in FIGURES})
-    finally:
-        trainer.close()
-    return {name: spread([step[name] for step in steps]) for name in FIGURES}
 
 
 def overlap_bound(lockstep: dict[str, Any]) -> float:
@@ -75,11 +47,12 @@ def overlap_bound(lockstep: dict[str, Any]) -> float:
 def async_pipeline(ctx: BenchContext) -> SectionResult:
     repeats = max(1, ctx.repeats)
     arms = {
-        arm_label(workers, staleness): measure(
-            arm_config(ctx.config, WORKLOAD, workers, staleness),
+        arm_label(workers, staleness): timed_steps(
+            with_overrides(ctx.config, arm_overrides(workers, staleness)),
             ctx.out_dir / "async_pipeline" / f"workers{workers}_S{staleness}",
             ctx.warmup,
             repeats,
+            FIGURES,
         )
         for workers in WORKER_COUNTS
         for staleness in STALENESS

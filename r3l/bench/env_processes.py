@@ -8,13 +8,14 @@ split a batch's wall time into environment calls and generation; the rest is tok
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import replace
 from typing import Any
 
 from r3l.bench.registry import BenchContext, SectionResult, section
-from r3l.config import Config, apply_override, parse_override
+from r3l.bench.stats import spread
+from r3l.bench.train_steps import with_overrides
+from r3l.config import Config
 
 ENVIRONMENTS = 4  # episodes in flight: environments in this process, or processes
 TASKS = 16
@@ -28,17 +29,6 @@ WORKLOADS = {
     "textarena Sokoban (pure Python: each reset generates a room)": ["env=textarena:Sokoban-v0"],
 }
 MODES = ("in process", "processes")
-
-
-def workload_config(config: Config, overrides: list[str]) -> Config:
-    tree = config.model_dump(mode="json")
-    for override in overrides:
-        apply_override(tree, *parse_override(override))
-    return Config.model_validate(tree)
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def measure(config: Config, repeats: int) -> dict[str, Any]:
@@ -104,7 +94,7 @@ def env_processes(ctx: BenchContext) -> SectionResult:
     workloads: dict[str, Any] = {}
     for label, overrides in WORKLOADS.items():
         try:
-            config = workload_config(ctx.config, overrides)
+            config = with_overrides(ctx.config, overrides)
             env_class(config.env.name)
         except UserError as error:  # an optional package (textarena) that is not installed
             workloads[label] = {"skipped": str(error)}

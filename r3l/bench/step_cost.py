@@ -10,12 +10,10 @@ Run it on the miniature's setting: `r3l bench examples/miniature_arithmetic.yaml
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any
 
 from r3l.bench.registry import BenchContext, SectionResult, section
-from r3l.config import Config, apply_override, parse_override
+from r3l.bench.train_steps import timed_steps, with_overrides
 
 ONE_PASS = "train.micro_batch_overhead=1000000000"
 ARMS = {
@@ -37,41 +35,16 @@ FIGURES = (
 )
 
 
-def arm_config(config: Config, overrides: list[str]) -> Config:
-    tree = config.model_dump(mode="json")
-    for override in [*overrides, "eval.size=0", "logging.progress=false"]:
-        apply_override(tree, *parse_override(override))
-    return Config.model_validate(tree)
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def measure(config: Config, run_dir, warmup: int, repeats: int) -> dict[str, Any]:
-    from r3l.trainer import Trainer
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(config, run_dir=run_dir)
-    steps: list[dict[str, float]] = []
-    try:
-        for index in range(warmup + repeats):
-            started = time.perf_counter()
-            metrics = trainer.train_step()
-            metrics["step_seconds"] = time.perf_counter() - started
-            if index >= warmup:
-                steps.append({name: float(metrics.get(name, 0.0)) for name in FIGURES})
-    finally:
-        trainer.close()
-    return {name: spread([step[name] for step in steps]) for name in FIGURES}
-
-
 @section("step_cost", order=35, title="R3L against GRPO: one training step's cost and where it goes")
 def step_cost(ctx: BenchContext) -> SectionResult:
     repeats = max(1, ctx.repeats)
     arms = {
-        label: measure(
-            arm_config(ctx.config, overrides), ctx.out_dir / "step_cost" / label.replace(", ", "_"), ctx.warmup, repeats
+        label: timed_steps(
+            with_overrides(ctx.config, [*overrides, "eval.size=0", "logging.progress=false"]),
+            ctx.out_dir / "step_cost" / label.replace(", ", "_"),
+            ctx.warmup,
+            repeats,
+            FIGURES,
         )
         for label, overrides in ARMS.items()
     }

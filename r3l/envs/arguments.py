@@ -27,13 +27,15 @@ class EnvArgument:
 
 def env_arguments(cls: type[Env]) -> list[EnvArgument]:
     """The keyword settings of `cls.__init__`, with the help text of `argument_help` (a class's own entries,
-    over those of the classes it extends, so a setting a base class takes is explained there once)."""
+    over those of the classes it extends, so a setting a base class takes is explained there once), less those
+    the class fixes (`fixed_arguments`: a subclass that plays one source of games fixes `source`)."""
     helps = argument_help(cls)
+    fixed = getattr(cls, "fixed_arguments", {})
     parameters = inspect.signature(cls.__init__).parameters.values()
     return [
         EnvArgument(p.name, p.default, helps.get(p.name, ""))
         for p in parameters
-        if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        if p.name != "self" and p.name not in fixed and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
 
 

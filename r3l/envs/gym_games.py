@@ -313,6 +313,7 @@ class GymGameEnv(Env):
     deterministic = True
     light = True
     watch_prompt_copies = False
+    fixed_arguments: Mapping[str, Any] = {}  # settings a subclass fixes: neither shown nor taken as env.args
     argument_help = {
         "id": "the game's registered id, e.g. FrozenLake-v1 (Gymnasium) or GuessTheNumber-v0 (TextArena); "
         "env=gym:ID sets it",
@@ -349,6 +350,8 @@ class GymGameEnv(Env):
         train_size: int = 100,
         test_size: int = 20,
     ):
+        source = self.fixed_arguments.get("source", source)
+        game_reason = self.fixed_arguments.get("game_reason", game_reason)
         if not isinstance(id, str) or not id.strip():
             raise UserError(f"env.args.id must name a registered game, e.g. env=gym:FrozenLake-v1, got {id!r}")
         if source not in GAME_SOURCES:
@@ -511,32 +514,4 @@ class TextArenaEnv(GymGameEnv):
         "messages as observations, its reward, exact replay under a seed."
     )
 
-    def __init__(
-        self,
-        *,
-        id: str,
-        make_args: Mapping[str, Any] | None = None,
-        actions: Sequence[str] | None = None,
-        intro: str = "",
-        max_steps: int = 20,
-        success_reward: float | None = 1.0,
-        game_reason: bool = False,
-        show_actions: bool = True,
-        seed: int = 0,
-        train_size: int = 100,
-        test_size: int = 20,
-    ):
-        super().__init__(
-            id=id,
-            source="textarena",
-            make_args=make_args,
-            actions=actions,
-            intro=intro,
-            max_steps=max_steps,
-            success_reward=success_reward,
-            game_reason=game_reason,
-            show_actions=show_actions,
-            seed=seed,
-            train_size=train_size,
-            test_size=test_size,
-        )
+    fixed_arguments = {"source": "textarena"}

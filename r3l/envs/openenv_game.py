@@ -126,30 +126,4 @@ class OpenEnvEnv(GymGameEnv):
         "make_args": "keyword arguments of the class, e.g. {high: 50}",
     }
 
-    def __init__(
-        self,
-        *,
-        id: str,
-        make_args: Mapping[str, Any] | None = None,
-        actions: Sequence[str] | None = None,
-        intro: str = "",
-        max_steps: int = 20,
-        success_reward: float | None = 1.0,
-        show_actions: bool = True,
-        seed: int = 0,
-        train_size: int = 100,
-        test_size: int = 20,
-    ):
-        super().__init__(
-            id=id,
-            source="openenv",
-            make_args=make_args,
-            actions=actions,
-            intro=intro,
-            max_steps=max_steps,
-            success_reward=success_reward,
-            show_actions=show_actions,
-            seed=seed,
-            train_size=train_size,
-            test_size=test_size,
-        )
+    fixed_arguments = {"source": "openenv", "game_reason": False}
