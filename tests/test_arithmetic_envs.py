@@ -104,7 +104,7 @@ def test_arithmetic_env_grades_right_and_wrong(arithmetic):
     assert latex.success
     wrong = arithmetic.verify(task("42"), "<answer>32</answer>")
     assert (wrong.reward, wrong.success) == (0.0, False)
-    assert wrong.feedback == "answered 32, the correct answer is 42"
+    assert wrong.feedback == "answered 32, which is not correct"  # the model may read it: no answer in it
 
 
 def test_arithmetic_env_requires_tags(arithmetic):
@@ -112,10 +112,11 @@ def test_arithmetic_env_requires_tags(arithmetic):
     assert (verdict.reward, verdict.feedback) == (0.0, NO_ANSWER)
 
 
-def test_answer_can_be_hidden_from_feedback():
-    env = ArithmeticEnv(seed=0, train_size=1, test_size=1, reveal_answer_in_feedback=False)
-    verdict = env.verify(task("42"), "<answer>32</answer>")
-    assert verdict.feedback == "answered 32, which is not correct" and "42" not in verdict.feedback
+def test_answer_is_revealed_in_feedback_only_when_asked():
+    env = ArithmeticEnv(seed=0, train_size=1, test_size=1, reveal_answer_in_feedback=True)
+    assert env.verify(task("42"), "<answer>32</answer>").feedback == "answered 32, the correct answer is 42"
+    hidden = ArithmeticEnv(seed=0, train_size=1, test_size=1).verify(task("42"), "<answer>32</answer>")
+    assert "42" not in hidden.feedback
 
 
 def test_arithmetic_tasks_have_exact_integer_golds(arithmetic):
@@ -159,7 +160,7 @@ def test_gsm_env(gsm):
     assert item.id == "gsm-test-0" and "<answer></answer>" in item.prompt
     assert gsm.verify(item, f"Reasoning... <answer>{item.answer}</answer>").success
     wrong = gsm.verify(item, "<answer>-1</answer>")
-    assert not wrong.success and wrong.feedback == f"answered -1, the correct answer is {item.answer}"
+    assert not wrong.success and wrong.feedback == "answered -1, which is not correct"
     assert not {t.prompt for t in gsm.tasks("test")} & {t.prompt for t in gsm.tasks("train")}
 
 

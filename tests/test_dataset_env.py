@@ -41,7 +41,7 @@ def test_jsonl_with_default_math_verifier(qa_file):
     assert item.data["columns"] == {"answer": str(2 * number), "target_length": 4}
     assert env.verify(item, f"<answer>{2 * number}</answer>").success
     wrong = env.verify(item, "<answer>-1</answer>")
-    assert (wrong.reward, wrong.feedback) == (0.0, f"answered -1, the correct answer is {2 * number}")
+    assert (wrong.reward, wrong.feedback) == (0.0, "answered -1, which is not correct")
 
 
 def test_splits_are_seeded_and_disjoint(qa_file):

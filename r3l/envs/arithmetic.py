@@ -163,7 +163,8 @@ class _TaggedAnswerEnv(ReasoningGymEnv):
     """Question plus an instruction to answer in <answer></answer> tags; graded with math-verify."""
 
     argument_help: ClassVar[dict[str, str]] = {
-        "reveal_answer_in_feedback": "say the correct answer in the feedback after a wrong answer",
+        "reveal_answer_in_feedback": "say the correct answer in the feedback after a wrong answer (off by default: "
+        "R3L's reflection, R3 with include_feedback and the math dialogue show the feedback to the model)",
         "instruction": "the text after each question (empty: the question alone)",
     }
 
@@ -219,7 +220,7 @@ class ArithmeticEnv(_TaggedAnswerEnv):
         operators: Sequence[str] = ("+", "-", "*", "/"),
         allow_parentheses: bool = True,
         allow_negation: bool = True,
-        reveal_answer_in_feedback: bool = True,
+        reveal_answer_in_feedback: bool = False,
         instruction: str = ANSWER_INSTRUCTION,
     ):
         config = dict(
@@ -261,7 +262,7 @@ class GsmEnv(_TaggedAnswerEnv):
         seed: int = 0,
         train_size: int = 2000,
         test_size: int = 200,
-        reveal_answer_in_feedback: bool = True,
+        reveal_answer_in_feedback: bool = False,
         instruction: str = ANSWER_INSTRUCTION,
     ):
         super().__init__(

@@ -43,7 +43,8 @@ class DatasetEnv(SingleTurnEnv):
         "success_threshold": "with reward_fn: the reward that counts as a success",
         "test_fraction": "share of the rows held out for evaluation when the data has no test split",
         "seed": "the seed of that split",
-        "reveal_answer_in_feedback": "say the reference answer in the feedback after a wrong answer",
+        "reveal_answer_in_feedback": "say the reference answer in the feedback after a wrong answer (off by default: "
+        "strategies that show the feedback to the model would hand it the answer)",
     }
 
     def __init__(
@@ -57,7 +58,7 @@ class DatasetEnv(SingleTurnEnv):
         success_threshold: float = 1.0,
         test_fraction: float = 0.1,
         seed: int = 0,
-        reveal_answer_in_feedback: bool = True,
+        reveal_answer_in_feedback: bool = False,
     ):
         super().__init__()
         if verifier is not None and reward_fn is not None:
