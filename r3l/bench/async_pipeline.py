@@ -12,9 +12,11 @@ the workers and the learner share them.
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 from r3l.bench.registry import BenchContext, SectionResult, section
+from r3l.bench.stats import median_ratio, spread_cell
 from r3l.bench.train_steps import timed_steps, with_overrides
 
 WORKLOAD = ["env=scienceworld", "agent.max_turns=6"]
@@ -61,7 +63,7 @@ def async_pipeline(ctx: BenchContext) -> SectionResult:
     for workers in WORKER_COUNTS:
         lockstep, overlapped = arms[arm_label(workers, 0)], arms[arm_label(workers, 1)]
         speedups[str(workers)] = {
-            "speedup": lockstep["step_seconds"]["median"] / max(overlapped["step_seconds"]["median"], 1e-9),
+            "speedup": median_ratio(lockstep["step_seconds"], overlapped["step_seconds"]),
             "overlap_bound": overlap_bound(lockstep),
         }
     data = {
@@ -76,9 +78,7 @@ def async_pipeline(ctx: BenchContext) -> SectionResult:
 
 
 def table(data: dict) -> str:
-    def cell(figures: dict[str, float], digits: int = 1) -> str:
-        return f"{figures['median']:.{digits}f} [{figures['min']:.{digits}f}, {figures['max']:.{digits}f}]"
-
+    cell = partial(spread_cell, fmt=".1f")
     lines = [
         f"`{' '.join(data['workload'])}`, {data['cpus']} CPUs; {data['repeats']} "
         f"measured steps per arm after {data['warmup']} unmeasured; medians [min, max].",

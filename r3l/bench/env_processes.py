@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from r3l.bench.registry import BenchContext, SectionResult, section
-from r3l.bench.stats import spread
+from r3l.bench.stats import median_ratio, spread, spread_cell
 from r3l.bench.train_steps import with_overrides
 from r3l.config import Config
 
@@ -78,10 +79,8 @@ def measure(config: Config, repeats: int) -> dict[str, Any]:
         mode: {key: spread([batch[key] for batch in rows]) for key in rows[0]} for mode, rows in batches.items()
     }
     here, apart = summary["in process"], summary["processes"]
-    summary["environment_speedup"] = here["environment_seconds"]["median"] / max(
-        apart["environment_seconds"]["median"], 1e-9
-    )
-    summary["wall_speedup"] = here["wall_seconds"]["median"] / max(apart["wall_seconds"]["median"], 1e-9)
+    summary["environment_speedup"] = median_ratio(here["environment_seconds"], apart["environment_seconds"])
+    summary["wall_speedup"] = median_ratio(here["wall_seconds"], apart["wall_seconds"])
     return summary
 
 
@@ -105,9 +104,7 @@ def env_processes(ctx: BenchContext) -> SectionResult:
 
 
 def table(data: dict) -> str:
-    def cell(figures: dict[str, float], digits: int = 2) -> str:
-        return f"{figures['median']:.{digits}f} [{figures['min']:.{digits}f}, {figures['max']:.{digits}f}]"
-
+    cell = partial(spread_cell, fmt=".2f")
     lines = [
         f"{data['tasks']} episodes a batch, {data['environments']} in flight, {data['repeats']} batches per mode after "
         "one warm-up batch; medians [min, max].",

@@ -12,7 +12,14 @@ from r3l.bench.flops import ModelShape
 from r3l.bench.ours import OursRunner
 from r3l.bench.records import StepRecord
 from r3l.bench.registry import BenchContext, SectionResult, section
-from r3l.bench.stats import Workload, equal_work_problems, paired_ratios, relative_difference, spread
+from r3l.bench.stats import (
+    Workload,
+    equal_work_problems,
+    paired_ratios,
+    relative_difference,
+    spread,
+    spread_cell,
+)
 from r3l.bench.trl_side import TRLRunner, bench_dtype
 from r3l.errors import UserError
 from r3l.logging import console
@@ -179,10 +186,6 @@ def summarise(ctx: BenchContext, measured: dict[str, list[StepRecord]], shape: M
     return data
 
 
-def _cell(summary: dict, fmt: str) -> str:
-    return f"{summary['median']:{fmt}} [{summary['min']:{fmt}}, {summary['max']:{fmt}}]"
-
-
 def table(data: dict) -> str:
     """Markdown: one column per side (median [min, max] over measured steps), then TRL/r3l."""
     sides = data["sides"]
@@ -198,7 +201,7 @@ def table(data: dict) -> str:
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, key, fmt in rows:
-        cells = [_cell(sides[n][key], fmt) for n in names]
+        cells = [spread_cell(sides[n][key], fmt) for n in names]
         extra = []
         if ratio:
             extra = [

@@ -14,6 +14,16 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"min": float(min(values)), "median": float(median(values)), "max": float(max(values))}
 
 
+def spread_cell(figures: dict[str, float], fmt: str) -> str:
+    """A table cell "median [min, max]" of a `spread`, each formatted by `fmt` (e.g. ".1f")."""
+    return f"{figures['median']:{fmt}} [{figures['min']:{fmt}}, {figures['max']:{fmt}}]"
+
+
+def median_ratio(numerator: dict[str, float], denominator: dict[str, float]) -> float:
+    """The ratio of two `spread`s' medians (a zero denominator counts as 1e-9)."""
+    return numerator["median"] / max(denominator["median"], 1e-9)
+
+
 def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
     """Ratio of each repeat's pair (A B measured back to back), so slow spells of a shared machine cancel."""
     if len(numerators) != len(denominators):

@@ -10,9 +10,11 @@ Run it on the miniature's setting: `r3l bench examples/miniature_arithmetic.yaml
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from r3l.bench.registry import BenchContext, SectionResult, section
+from r3l.bench.stats import median_ratio, spread_cell
 from r3l.bench.train_steps import timed_steps, with_overrides
 
 ONE_PASS = "train.micro_batch_overhead=1000000000"
@@ -54,21 +56,17 @@ def step_cost(ctx: BenchContext) -> SectionResult:
         "warmup": ctx.warmup,
         "repeats": repeats,
         "arms": arms,
-        "r3l_over_grpo": ratio(arms["r3l"], arms["grpo"]),
-        "r3l_over_grpo_one_pass": ratio(arms["r3l, one pass per micro-batch"], arms["grpo, one pass per micro-batch"]),
+        "r3l_over_grpo": median_ratio(arms["r3l"]["step_seconds"], arms["grpo"]["step_seconds"]),
+        "r3l_over_grpo_one_pass": median_ratio(
+            arms["r3l, one pass per micro-batch"]["step_seconds"],
+            arms["grpo, one pass per micro-batch"]["step_seconds"],
+        ),
     }
     return SectionResult(data, table(data))
 
 
-def ratio(numerator: dict[str, Any], denominator: dict[str, Any]) -> float:
-    """Median step seconds of one arm over another's."""
-    return numerator["step_seconds"]["median"] / max(denominator["step_seconds"]["median"], 1e-9)
-
-
 def table(data: dict) -> str:
-    def cell(figures: dict[str, float], digits: int = 1) -> str:
-        return f"{figures['median']:.{digits}f} [{figures['min']:.{digits}f}, {figures['max']:.{digits}f}]"
-
+    cell = partial(spread_cell, fmt=".1f")
     lines = [
         f"{data['tasks_per_step']} tasks x {data['group_size']} samples a step, the same task batches in every arm; "
         f"{data['repeats']} measured steps per arm after {data['warmup']} unmeasured; medians [min, max]; arms one "
