@@ -1,0 +1,59 @@
+"""One update's gradient does not depend on how its batch is cut into micro-batches: one experience per pass,
+padding-aware cuts (train.micro_batch_overhead) and one pass for all give the same gradient, with and without
+shared prefixes, for a policy-loss part beside an SFT part normalised on its own (R3L's batches)."""
+
+import pytest
+import torch
+
+from r3l.config import AlgorithmConfig, TrainConfig
+from r3l.experience import Experience
+from r3l.learner.learner import Learner
+
+CUTS = [(1, 0), (3, 64), (4, 0), (16, 64)]  # (micro_batch_size, micro_batch_overhead)
+
+
+def batch(vocab: int) -> list[Experience]:
+    """Two groups sharing a prompt each, replies of 3-11 tokens, one zero advantage, two SFT samples."""
+    generator = torch.Generator().manual_seed(0)
+    records = []
+    for group, prompt_length, advantages in (("a", 9, [1.0, 0.0, -0.5, 0.25]), ("b", 4, [0.5, -0.5])):
+        prompt = torch.randint(3, vocab, (prompt_length,), generator=generator).tolist()
+        for index, advantage in enumerate(advantages):
+            reply = torch.randint(3, vocab, (3 + 2 * index + prompt_length % 3,), generator=generator).tolist()
+            records.append(Experience(group=group, kind="base", tokens=prompt + reply,
+                                      loss_mask=[0] * prompt_length + [1] * len(reply),
+                                      logprobs=[-1.0] * (prompt_length + len(reply)), reward=advantage,
+                                      advantage=advantage))
+    for length in (14, 30):  # a reflection trained as SFT: long, its own group
+        tokens = torch.randint(3, vocab, (length,), generator=generator).tolist()
+        records.append(Experience(group=f"sft{length}", kind="sft", tokens=tokens,
+                                  loss_mask=[0] * 6 + [1] * (length - 6), logprobs=[-1.0] * length, reward=1.0,
+                                  advantage=1.0, objective="sft"))
+    return records
+
+
+def gradient(size: int, overhead: int, share_prefix: bool) -> tuple[torch.Tensor, float]:
+    from r3l.models import load_policy
+
+    model, tokenizer = load_policy("tiny-random")
+    model = model.float()
+    algorithm = AlgorithmConfig(kl_coef=0.0, sft_loss="nll")
+    train = TrainConfig(micro_batch_size=size, micro_batch_overhead=overhead, share_prefix=share_prefix,
+                        grad_clip=1e9)
+    learner = Learner(model, tokenizer, algorithm, train, temperature=1.0, autocast_bf16=False)
+    seen = []
+    learner.optimizer.step = lambda: seen.append(torch.cat([p.grad.flatten().clone() for p in model.parameters()]))
+    metrics = learner.update(batch(model.config.vocab_size))
+    return seen[0], metrics["grad_norm"]
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")  # the step is replaced
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_the_gradient_does_not_depend_on_the_micro_batches(share_prefix):
+    torch.manual_seed(0)
+    reference, reference_norm = gradient(*CUTS[0], share_prefix)
+    assert reference_norm > 0 and reference.abs().max() > 0
+    for size, overhead in CUTS[1:]:
+        step, norm = gradient(size, overhead, share_prefix)
+        assert norm == pytest.approx(reference_norm, rel=1e-5), (size, overhead)
+        torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-5 * float(reference.abs().max()))
