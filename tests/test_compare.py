@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from r3l.compare.plan import Arm, RunSpec, make_arms
-from r3l.compare.plot import curves, dumbbells, figure
+from r3l.compare.plot import curves, dumbbells, figure, wrapped
 from r3l.compare.run import parse_seeds
 from r3l.compare.stats import estimate, pooled, pooled_before, wilson_interval
 from r3l.compare.summary import RunResult, read_run, table
@@ -200,3 +200,10 @@ def test_the_plot_shows_a_second_try_beside_the_first():
     assert bells["r3"].after == pooled([(11, 20), (11, 20)])
     labels = [tick.get_text() for tick in figure([*r3, *grpo]).axes[0].get_xticklabels()]
     assert labels[1].startswith("r3, 2nd try\n(2 seeds, 30 steps)")
+
+
+def test_long_arm_labels_wrap_after_underscores_and_at_spaces():
+    assert wrapped("qwen_arithmetic_2digit_r3, 2nd try", 21) == "qwen_arithmetic_\n2digit_r3, 2nd try"
+    assert wrapped("qwen_arithmetic_2digit_r3l", 12) == "qwen_\narithmetic_\n2digit_r3l"
+    assert wrapped("grpo", 12) == "grpo"
+    assert wrapped("averyveryverylongword", 5) == "averyveryverylongword"  # no place to break: left whole

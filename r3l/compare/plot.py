@@ -5,6 +5,7 @@ show); and, where runs evaluated during training (`eval.every`), the curve throu
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,24 @@ def dumbbell(
         [v for v, _ in after],
         steps,
     )
+
+
+def wrapped(label: str, width: int) -> str:
+    """The label in lines of at most `width` characters where it can break: after an underscore, at a space
+    (a run name is one long word otherwise, and neighbouring tick labels overlap)."""
+    lines: list[str] = []
+    for piece in re.findall(r"[^_ ]*(?:_|\s+|$)", label):
+        if not piece:
+            continue
+        if lines and len(lines[-1].rstrip() + piece.rstrip()) <= width:
+            lines[-1] += piece
+        else:
+            lines.append(piece.lstrip())
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def curves(results: Sequence[RunResult]) -> dict[str, list[tuple[int, float, float, float, int]]]:
@@ -149,7 +168,10 @@ def figure(results: Sequence[RunResult]) -> Any:
             )
     ax.set_xticks(
         range(len(bells)),
-        [f"{label}\n({len(b.per_seed)} seeds, {b.steps} steps)" for label, b in bells.items()],
+        [
+            f"{wrapped(label, max(12, 84 // len(bells)))}\n({plural(len(b.per_seed), 'seed')}, {b.steps} steps)"
+            for label, b in bells.items()
+        ],
         fontsize="small",
     )
     ax.set_xlim(-0.6, len(bells) - 0.4)
