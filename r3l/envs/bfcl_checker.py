@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from r3l.envs.base import Verdict
-from r3l.envs.tool_calls import MAX_FEEDBACK_CLAUSES, Call
+from r3l.envs.tool_calls import Call, correct_verdict, count_mismatch, failed_verdict
 from r3l.errors import UserError
 
 MISSING_CHECKER = "the official BFCL checker needs bfcl-eval: pip install --no-deps bfcl-eval"
@@ -130,20 +130,12 @@ def official_verdict(
             feedback=_clip(f"the BFCL checker could not read the calls ({type(error).__name__}: {error})"),
         )
     if valid:
-        count = len(calls)
-        return Verdict(
-            reward=1.0,
-            success=True,
-            feedback=f"correct: {'the call matches' if count == 1 else f'all {count} calls match'}",
-        )
-    clauses = list(dict.fromkeys(_clip(clause) for clause in _clauses(errors) if clause.strip()))
+        return correct_verdict(len(calls))
+    clauses = [_clip(clause) for clause in _clauses(errors) if clause.strip()]
     if len(calls) != len(ground_truth):
-        made = f"made {len(calls)} call{'' if len(calls) == 1 else 's'}, expected {len(ground_truth)}"
+        made = count_mismatch(len(calls), len(ground_truth))
         clauses = [f"{clause} ({made})" if clause == "Wrong number of functions" else clause for clause in clauses]
-    if len(clauses) > MAX_FEEDBACK_CLAUSES:
-        more = len(clauses) - MAX_FEEDBACK_CLAUSES
-        clauses = clauses[:MAX_FEEDBACK_CLAUSES] + [f"and {more} more problem{'' if more == 1 else 's'}"]
-    return Verdict(reward=0.0, success=False, feedback="; ".join(clauses) or "the calls do not match")
+    return failed_verdict(clauses)
 
 
 def _clauses(errors: Any) -> list[str]:

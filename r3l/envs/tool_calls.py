@@ -409,6 +409,26 @@ def _example(choice: Json, schema: Mapping[str, Json]) -> Json:
     return choice
 
 
+def correct_verdict(count: int) -> Verdict:
+    """Full reward for `count` calls that all match."""
+    feedback = "correct: the call matches" if count == 1 else f"correct: all {count} calls match"
+    return Verdict(reward=1.0, success=True, feedback=feedback)
+
+
+def count_mismatch(made: int, expected: int) -> str:
+    """'made 1 call, expected 2'."""
+    return f"made {made} call{'' if made == 1 else 's'}, expected {expected}"
+
+
+def failed_verdict(clauses: Sequence[str]) -> Verdict:
+    """No reward; the distinct clauses joined, at most MAX_FEEDBACK_CLAUSES of them and a count of the rest."""
+    distinct = list(dict.fromkeys(clauses))
+    if len(distinct) > MAX_FEEDBACK_CLAUSES:
+        more = len(distinct) - MAX_FEEDBACK_CLAUSES
+        distinct = distinct[:MAX_FEEDBACK_CLAUSES] + [f"and {more} more problem{'' if more == 1 else 's'}"]
+    return Verdict(reward=0.0, success=False, feedback="; ".join(distinct) or "the calls do not match")
+
+
 def _function_names(functions: Sequence[Mapping[str, Json]]) -> set[str]:
     return {doc["name"] for doc in functions if isinstance(doc, Mapping) and isinstance(doc.get("name"), str)}
 
@@ -420,16 +440,11 @@ def _judge(
     problems = [[compare(call, gold) if call.name == gold[0] else None for gold in golds] for call in calls]
     match = _maximum_matching(len(calls), len(golds), lambda i, j: problems[i][j] == [])
     if len(match) == len(golds) == len(calls):
-        count = len(calls)
-        return Verdict(
-            reward=1.0,
-            success=True,
-            feedback=f"correct: {'the call matches' if count == 1 else f'all {count} calls match'}",
-        )
+        return correct_verdict(len(calls))
 
     feedback: list[str] = []
     if len(calls) != len(golds):
-        feedback.append(f"made {len(calls)} call{'' if len(calls) == 1 else 's'}, expected {len(golds)}")
+        feedback.append(count_mismatch(len(calls), len(golds)))
     unknown = [i for i, call in enumerate(calls) if available is not None and call.name not in available]
     feedback += [f"called {calls[i].name}, which is not an available function" for i in unknown]
     spare_calls = [i for i in range(len(calls)) if i not in match and i not in unknown]
@@ -447,11 +462,7 @@ def _judge(
             feedback.append(f"wrong function: called {calls[spare_calls.pop(0)].name}, expected {golds[j][0]}")
         else:
             feedback.append(f"missing a call to {golds[j][0]}")
-    feedback = list(dict.fromkeys(feedback))  # parallel calls can repeat a clause
-    if len(feedback) > MAX_FEEDBACK_CLAUSES:
-        more = len(feedback) - MAX_FEEDBACK_CLAUSES
-        feedback = feedback[:MAX_FEEDBACK_CLAUSES] + [f"and {more} more problem{'' if more == 1 else 's'}"]
-    return Verdict(reward=0.0, success=False, feedback="; ".join(feedback) or "the calls do not match")
+    return failed_verdict(feedback)  # parallel calls can repeat a clause: failed_verdict keeps one
 
 
 def _maximum_matching(left: int, right: int, fits: Callable[[int, int], bool]) -> dict[int, int]:
