@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
 from r3l.distributed.fsdp import share_micro_batches
 from r3l.experience import Experience
+from tests.helpers.experience_groups import shared_prompt_groups
 
 VARIANTS = {"plain": {}, "shared-prefix": {"share_prefix": True}, "lora": {"lora": True},
             "kl": {"kl": True}}
@@ -25,17 +26,8 @@ def test_share_micro_batches_pads_every_rank_to_the_same_count():
 
 def experiences(vocab: int) -> list[Experience]:
     """Two groups sharing a prompt each; three of seven experiences have advantage zero (skipped)."""
-    generator = torch.Generator().manual_seed(0)
-    records = []
-    for group, prompt_length, advantages in (("a", 7, [1.0, 0.0, -1.0, 0.0]), ("b", 5, [0.5, 0.0, -0.5])):
-        prompt = torch.randint(3, vocab, (prompt_length,), generator=generator).tolist()
-        for index, advantage in enumerate(advantages):
-            reply = torch.randint(3, vocab, (3 + 2 * index,), generator=generator).tolist()
-            records.append(Experience(group=group, kind="base", tokens=prompt + reply,
-                                      loss_mask=[0] * prompt_length + [1] * len(reply),
-                                      logprobs=[-1.0] * (prompt_length + len(reply)), reward=advantage,
-                                      advantage=advantage))
-    return records
+    groups = (("a", 7, [1.0, 0.0, -1.0, 0.0]), ("b", 5, [0.5, 0.0, -0.5]))
+    return shared_prompt_groups(vocab, groups, lambda index, _: 3 + 2 * index, torch.Generator().manual_seed(0))
 
 
 def build(variant: dict):

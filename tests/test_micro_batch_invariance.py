@@ -8,6 +8,7 @@ import torch
 from r3l.config import AlgorithmConfig, TrainConfig
 from r3l.experience import Experience
 from r3l.learner.learner import Learner
+from tests.helpers.experience_groups import shared_prompt_groups
 
 CUTS = [(1, 0), (3, 64), (4, 0), (16, 64)]  # (micro_batch_size, micro_batch_overhead)
 
@@ -15,15 +16,8 @@ CUTS = [(1, 0), (3, 64), (4, 0), (16, 64)]  # (micro_batch_size, micro_batch_ove
 def batch(vocab: int) -> list[Experience]:
     """Two groups sharing a prompt each, replies of 3-11 tokens, one zero advantage, two SFT samples."""
     generator = torch.Generator().manual_seed(0)
-    records = []
-    for group, prompt_length, advantages in (("a", 9, [1.0, 0.0, -0.5, 0.25]), ("b", 4, [0.5, -0.5])):
-        prompt = torch.randint(3, vocab, (prompt_length,), generator=generator).tolist()
-        for index, advantage in enumerate(advantages):
-            reply = torch.randint(3, vocab, (3 + 2 * index + prompt_length % 3,), generator=generator).tolist()
-            records.append(Experience(group=group, kind="base", tokens=prompt + reply,
-                                      loss_mask=[0] * prompt_length + [1] * len(reply),
-                                      logprobs=[-1.0] * (prompt_length + len(reply)), reward=advantage,
-                                      advantage=advantage))
+    groups = (("a", 9, [1.0, 0.0, -0.5, 0.25]), ("b", 4, [0.5, -0.5]))
+    records = shared_prompt_groups(vocab, groups, lambda index, prompt: 3 + 2 * index + prompt % 3, generator)
     for length in (14, 30):  # a reflection trained as SFT: long, its own group
         tokens = torch.randint(3, vocab, (length,), generator=generator).tolist()
         records.append(Experience(group=f"sft{length}", kind="sft", tokens=tokens,
