@@ -5,6 +5,7 @@ directory at all."""
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -144,9 +145,16 @@ def test_a_full_disk_while_writing_metrics_is_one_line_and_the_run_resumes_after
 
 
 def interrupted(args, cwd, failpoint) -> subprocess.CompletedProcess:
-    """`r3l ARGS` with Ctrl-C (SIGINT) at the failpoints named (r3l/faults.py: NAME@N:INT, comma-separated)."""
+    """`r3l ARGS` with Ctrl-C (SIGINT) at the failpoints named (r3l/faults.py: NAME@N:INT, comma-separated).
+
+    The run gets SIGINT's default disposition, as a command started from a terminal does: tests started as a
+    shell's background job (`pytest &`) inherit SIGINT ignored, and so would their runs."""
     return subprocess.run([sys.executable, "-m", "r3l.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "R3L_FAILPOINT": failpoint})
+                          timeout=600, env={**os.environ, "R3L_FAILPOINT": failpoint}, preexec_fn=default_sigint)
+
+
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def last_line(result: subprocess.CompletedProcess) -> str:
