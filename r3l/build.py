@@ -230,6 +230,7 @@ def evaluate_held_out(config: Config, tasks: Sequence[Task], context: RolloutCon
         config.eval.attempts,
         reflection_prompts(config),
         config.eval.reflection_max_new_tokens,
+        config.eval.verdict_control,
     )
 
 

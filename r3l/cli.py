@@ -74,6 +74,11 @@ def train(
     dump_experiences: bool = typer.Option(
         False, "--dump-experiences", help="Write every step's experiences as JSONL into RUN/experiences/."
     ),
+    allow_code_change: bool = typer.Option(
+        False,
+        "--allow-code-change",
+        help="With --resume: continue a run under other code than it ran with (recorded in RUN/provenance.jsonl).",
+    ),
 ):
     """Train a policy (default: GRPO on the embedded SmolLM2-135M, arithmetic task)."""
     from r3l.config import load_config
@@ -88,10 +93,12 @@ def train(
             raise UserError("--resume takes the config saved in the run directory; pass only key=value overrides")
         config = checked(load_config(str(saved), [*overrides, *extra]))
     else:
+        if allow_code_change:
+            raise UserError("--allow-code-change goes with --resume RUN_DIR; a new run has no earlier code")
         config = load(args, extra)
     from r3l.trainer import Trainer
 
-    trainer = Trainer(config, run_dir=resume, resume=resume is not None)
+    trainer = Trainer(config, run_dir=resume, resume=resume is not None, allow_code_change=allow_code_change)
     typer.echo(f"run directory: {trainer.run_dir}", err=True)
     summary = trainer.run()
     typer.echo(json.dumps(summary, indent=1))
@@ -264,14 +271,45 @@ def compare(
     ),
     parallel: int = typer.Option(1, "--parallel", min=1, help="Runs at once (each its own process)."),
     table_only: bool = typer.Option(False, "--table-only", help="Only rebuild the table and plot from the runs."),
+    match_budget: str | None = typer.Option(
+        None,
+        "--match-budget",
+        help="tokens or seconds: run each arm cheaper than the reference arm again, on until it has spent what "
+        "the reference spent (arms LABEL@tokens), so baselines are read at equal steps and at equal cost.",
+    ),
+    budget_of: str | None = typer.Option(
+        None, "--budget-of", help="With --match-budget: the reference arm (default: the costliest)."
+    ),
+    metric: str = typer.Option(
+        "success", "--metric", help="success, or reward (average reward, the R3L paper's metric, where graded)."
+    ),
+    plot_x: str = typer.Option(
+        "steps", "--plot-x", help="x axis of the during-training panel: steps, tokens or seconds (equal cost)."
+    ),
+    allow_code_change: bool = typer.Option(
+        False, "--allow-code-change", help="Resume unfinished runs even under other code than they ran with."
+    ),
 ):
-    """Configs x seeds on one environment, resumable, then one table (held-out success, 95% interval, cost)
-    and one plot -> OUT/compare.md, compare.csv, compare.png."""
-    from r3l.compare.run import run_compare
+    """Configs x seeds on one environment, resumable, then tables (held-out success with 95% intervals over
+    seeds and problems, changes and differences, cost, overlap, differing settings) and one plot ->
+    OUT/compare.md, compare.csv, compare.png."""
+    from r3l.compare.run import Reading, run_compare
 
     names = [arg for arg in args or [] if "=" not in arg]
     overrides = [arg for arg in args or [] if "=" in arg]
-    folder, markdown, failed = run_compare(names, overrides, seeds, base, out, parallel, table_only)
+    folder, markdown, failed = run_compare(
+        names,
+        overrides,
+        seeds,
+        base,
+        out,
+        parallel,
+        table_only,
+        match_budget=match_budget,
+        budget_of=budget_of,
+        reading=Reading(metric, plot_x),
+        allow_code_change=allow_code_change,
+    )
     typer.echo(markdown + f"\nwritten: {folder / 'compare.md'}, {folder / 'compare.csv'}, {folder / 'compare.png'}")
     if failed:
         raise RunStopped(

@@ -263,6 +263,19 @@ class TrainConfig(Section):
         "freed (no heap fragmentation, at the cost of fresh pages for each); unset: glibc's own sliding threshold "
         "(docs/BENCH.md, Memory)",
     )
+    budget_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="stop once the run has generated this many tokens (setup such as R3's failure set "
+        "included), before train.steps if sooner: a baseline run on to another arm's budget (r3l compare "
+        "--match-budget)",
+    )
+    budget_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="stop once the run has spent this many seconds (setup, steps and evaluations), before "
+        "train.steps if sooner",
+    )
     max_nonfinite_updates: int = Field(
         3,
         gt=0,
@@ -285,6 +298,11 @@ class EvalConfig(Section):
         False, description="attempts=2: put the verifier's feedback in the reflection prompt"
     )
     reflection_max_new_tokens: int = Field(128, gt=0, description="attempts=2: length limit of the reflection")
+    verdict_control: bool = Field(
+        True,
+        description="attempts=2: also ask each failure once more after the verdict alone (no reflection), the "
+        "control that tells the reflection's share of a second-try gain",
+    )
 
 
 class LoggingConfig(Section):

@@ -14,7 +14,7 @@ from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart
 from r3l.envs import Env, Task, require_single_turn
 from r3l.faults import failpoint
 from r3l.reflection.prompts import ReflectionPrompts
-from r3l.reflection.retry import first_attempts, reflect_and_retry
+from r3l.reflection.retry import first_attempts, reflect_and_retry, retry_after_verdict
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Generator, SamplingParams
 
@@ -51,6 +51,7 @@ class EvalResult:
             "most_common_completion": top,
             "most_common_completion_share": share,
             "rewarded_prompt_copies": rewarded_prompt_copies(self.samples),
+            "format_missing": true_share([s.get("format_missing") for s in self.samples]),
         }
 
 
@@ -83,11 +84,13 @@ def evaluate(
     runner = EpisodeRunner(make_env, generator, tokenizer, prompt_format, limits)
     try:
         episodes = runner.run([EpisodeStart(task) for task in tasks], params)
+        single_turn = runner.action_format == "whole_reply"
     finally:
         runner.close()
     successes = sum(e.success for e in episodes)
     total = len(episodes)
     low, high = wilson_interval(successes, total)
+    missing = format_rule(make_env) if single_turn else None
     samples = [
         {
             "task_id": e.task.id,
@@ -100,12 +103,33 @@ def evaluate(
             "reward": e.reward,
             "feedback": e.feedback,
             "copied_prompt": e.copied_prompt,
+            "format_missing": missing(e.text) if missing else e.termination == "format_error",
         }
         for e in episodes
     ]
     return EvalResult(
         successes / max(1, total), low, high, successes, total, sum(e.reward for e in episodes) / max(1, total), samples
     )
+
+
+def format_rule(make_env: Callable[[], Env]) -> Callable[[str], bool | None]:
+    """Whether a reply lacks the answer format of a single-turn environment (`Env.answer_format_missing`)."""
+    return make_env().answer_format_missing
+
+
+def true_share(flags: Sequence[bool | None]) -> float | None:
+    """The share of True among the known flags; None when none is known."""
+    known = [flag for flag in flags if flag is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _column(successes: int, total: int, format_missing: float | None) -> dict[str, Any]:
+    return {
+        "success": successes / max(1, total),
+        "ci95": list(wilson_interval(successes, total)),
+        "successes": successes,
+        "format_missing": format_missing,
+    }
 
 
 def evaluate_two_attempts(
@@ -118,9 +142,13 @@ def evaluate_two_attempts(
     prompts: ReflectionPrompts,
     reflection_max_new_tokens: int = 128,
     limits: AgentLimits = AgentLimits(),
+    verdict_control: bool = True,
 ) -> dict[str, Any]:
-    """R3's table row: first-try accuracy, and second-try accuracy over all tasks, where each first-try
-    failure gets one reflection and one more attempt."""
+    """R3's table row: first-try accuracy, and second-try accuracy over all tasks, where each first-try failure
+    gets one reflection and one more attempt; with `verdict_control`, beside it the control: the same failures
+    asked once more after the verdict alone, no reflection. Each column counts the replies that miss the
+    answer format (the first attempts, then the second attempts of the failures), so a gain in format is told
+    from a gain in value."""
     attempts = [
         row[0] for row in first_attempts(tasks, make_env, generator, tokenizer, params, prompt_format, limits=limits)
     ]
@@ -129,15 +157,18 @@ def evaluate_two_attempts(
     retries = reflect_and_retry(
         failures, make_env, generator, prompts, reflect_params, params, n_reflections=1, limits=limits
     )
+    controls = retry_after_verdict(failures, make_env, generator, prompts, params, limits) if verdict_control else []
+    missing = format_rule(make_env)
     first = sum(a.verdict.success for a in attempts)
     second = first + sum(group[0].verdict.success for group in retries)
     total = len(attempts)
-    samples = [
+    samples: list[dict[str, Any]] = [
         {
             "task_id": a.task.id,
             "first_attempt": a.completion.text,
             "first_success": a.verdict.success,
             "first_copied_prompt": a.copied_prompt,
+            "first_format_missing": missing(a.completion.text),
             "feedback": a.verdict.feedback,
         }
         for a in attempts
@@ -151,19 +182,26 @@ def evaluate_two_attempts(
                 "second_attempt": retry.second.text,
                 "second_success": retry.verdict.success,
                 "second_copied_prompt": retry.copied_prompt,
+                "second_format_missing": missing(retry.second.text),
             }
         )
-    return {
-        "first_try": {
-            "success": first / max(1, total),
-            "ci95": list(wilson_interval(first, total)),
-            "successes": first,
-        },
-        "second_try": {
-            "success": second / max(1, total),
-            "ci95": list(wilson_interval(second, total)),
-            "successes": second,
-        },
+    for control in controls:
+        by_id[control.failure.task.id].update(
+            {
+                "verdict_only_attempt": control.second.text,
+                "verdict_only_success": control.verdict.success,
+                "verdict_only_copied_prompt": control.copied_prompt,
+                "verdict_only_format_missing": missing(control.second.text),
+            }
+        )
+
+    def format_share(key: str) -> float | None:
+        """A second-try column: the failures' second attempts in place of their first."""
+        return true_share([s.get(key, s["first_format_missing"]) if not s["first_success"] else None for s in samples])
+
+    record = {
+        "first_try": _column(first, total, true_share([s["first_format_missing"] for s in samples])),
+        "second_try": _column(second, total, format_share("second_format_missing")),
         "total": total,
         "rewarded_prompt_copies": (
             rewarded_prompt_copies(samples, "first_success", "first_copied_prompt")
@@ -171,14 +209,38 @@ def evaluate_two_attempts(
         ),
         "samples": samples,
     }
+    if verdict_control:
+        control_successes = first + sum(c.verdict.success for c in controls)
+        record["second_try_verdict_only"] = _column(
+            control_successes, total, format_share("verdict_only_format_missing")
+        )
+    return record
+
+
+R3_COLUMNS = (
+    ("first_try", "1st try"),
+    ("second_try", "2nd try"),
+    ("second_try_verdict_only", "2nd try after the verdict alone (control)"),
+)
 
 
 def r3_table(untrained: dict[str, Any], trained: dict[str, Any]) -> tuple[str, str]:
-    """The paper's four columns as (Markdown, CSV)."""
-    cells = [untrained["first_try"], untrained["second_try"], trained["first_try"], trained["second_try"]]
-    shown = [f"{c['success']:.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" for c in cells]
-    header = ["untrained 1st try", "untrained 2nd try", "trained 1st try", "trained 2nd try"]
-    markdown = "| " + " | ".join(header) + " |\n|" + "---|" * 4 + "\n| " + " | ".join(shown) + " |\n"
+    """The paper's four columns as (Markdown, CSV), with the control's two beside them where both evaluations
+    ran it; each cell with its 95% Wilson interval over the problems and the share of replies missing the answer
+    format."""
+    cells, header = [], []
+    for key, name in R3_COLUMNS:
+        if key in untrained and key in trained:
+            cells += [untrained[key], trained[key]]
+            header += [f"untrained {name}", f"trained {name}"]
+    order = [0, 2, 1, 3, *range(4, len(cells))]  # the paper's order: untrained 1st, 2nd, trained 1st, 2nd
+    cells, header = [cells[i] for i in order], [header[i] for i in order]
+    shown = [
+        f"{c['success']:.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]"
+        + (f", format missed {c['format_missing']:.0%}" if c.get("format_missing") is not None else "")
+        for c in cells
+    ]
+    markdown = "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n| " + " | ".join(shown) + " |\n"
     csv = ",".join(header) + "\n" + ",".join(f"{c['success']:.4f}" for c in cells) + "\n"
     return markdown, csv
 
@@ -190,6 +252,7 @@ def held_out_evaluation(
     attempts: int,
     prompts: ReflectionPrompts,
     reflection_max_new_tokens: int = 128,
+    verdict_control: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
     """(full record with samples, summary, metrics to log) for one or two attempts per task, played in the same
     rollout context as exploration (environments, generator, tokenizer, prompt format, agent limits)."""
@@ -207,29 +270,48 @@ def held_out_evaluation(
         prompts,
         c.limits,
         reflection_max_new_tokens,
+        verdict_control,
     )
     seconds = time.perf_counter() - started
     return {**record, "seconds": seconds}, {**summary, "seconds": seconds}, {**metrics, "eval/seconds": seconds}
 
 
 def _held_out(
-    tasks, make_env, generator, tokenizer, params, prompt_format, attempts, prompts, limits, reflection_max_new_tokens
+    tasks,
+    make_env,
+    generator,
+    tokenizer,
+    params,
+    prompt_format,
+    attempts,
+    prompts,
+    limits,
+    reflection_max_new_tokens,
+    verdict_control,
 ):
     if attempts == 2:
         require_single_turn(make_env, "eval.attempts=2 (R3's reflect-and-retry evaluation)")
         record = evaluate_two_attempts(
-            tasks, make_env, generator, tokenizer, params, prompt_format, prompts, reflection_max_new_tokens, limits
+            tasks,
+            make_env,
+            generator,
+            tokenizer,
+            params,
+            prompt_format,
+            prompts,
+            reflection_max_new_tokens,
+            limits,
+            verdict_control,
         )
         summary = {k: v for k, v in record.items() if k != "samples"}
-        return (
-            record,
-            summary,
-            {
-                "eval/success": record["first_try"]["success"],
-                "eval/second_try_success": record["second_try"]["success"],
-                "eval/hack/prompt_copies": record["rewarded_prompt_copies"] / max(1, record["total"]),
-            },
-        )
+        metrics = {
+            "eval/success": record["first_try"]["success"],
+            "eval/second_try_success": record["second_try"]["success"],
+            "eval/hack/prompt_copies": record["rewarded_prompt_copies"] / max(1, record["total"]),
+        }
+        if "second_try_verdict_only" in record:
+            metrics["eval/second_try_verdict_only_success"] = record["second_try_verdict_only"]["success"]
+        return record, summary, metrics
     result = evaluate(tasks, make_env, generator, tokenizer, params, prompt_format, limits)
     summary = result.summary()
     return (

@@ -31,6 +31,7 @@ from r3l.learner.step_size import median_weight_rms, relative_step, step_size_wa
 from r3l.learner.weights import load_weights, merged_state_dict, saved_adapter
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import map_large_blocks, memory_metrics, release_free_memory
+from r3l.provenance import check_resume, code_version, display_path, record_session, record_tasks
 from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
 
@@ -82,11 +83,17 @@ class GracefulInterrupt:
 
 
 class Trainer:
-    def __init__(self, config: Config, run_dir: Path | None = None, resume: bool = False):
+    def __init__(
+        self, config: Config, run_dir: Path | None = None, resume: bool = False, allow_code_change: bool = False
+    ):
         check_algorithm_names(config)
+        if resume and run_dir is not None:  # before anything is built: a refusal costs nothing
+            check_resume(run_dir, allow_code_change)
         self.config = config
+        self.allow_code_change = allow_code_change
         self.owns_run_dir = run_dir is None  # made here: removed again when the run ends with nothing to resume
         self.run_dir = run_dir if run_dir is not None else new_run_dir(config)
+        self.unlogged_setup: dict[str, float] = {}  # the task list's cost (R3's failure set), logged once the run logs
         try:
             self._build(config, resume)
         except BaseException as error:
@@ -136,7 +143,14 @@ class Trainer:
             with merged_state_dict(self.model) as weights:
                 self.rollout_pool.sync_weights(weights)
         # only once everything fits: a resume that fails (another model, a damaged file) keeps the run's config
-        (self.run_dir / "config.yaml").write_text(dump_config(config))
+        written = config.model_copy(update={"run": config.run.model_copy(update={"dir": display_path(config.run.dir)})})
+        (self.run_dir / "config.yaml").write_text(dump_config(written))
+        record_session(
+            self.run_dir,
+            "resume" if checkpoint is not None else "start",
+            step=self.step,
+            allowed_code_change=self.allow_code_change and resume,
+        )
         self.relative_step = self._check_step_size()
 
     def _check_step_size(self) -> float | None:
@@ -151,7 +165,17 @@ class Trainer:
         return relative_step(self.config.train.lr, weight_rms) if weight_rms else None
 
     def _make_sampler(self) -> TaskSampler:
-        tasks = self.parts.strategy.training_tasks(self.train_tasks, self.run_dir, build=self.task_builds)
+        """The sampler over the strategy's training tasks; what building them cost (R3's failure set: first
+        attempts generated, seconds) is kept in `unlogged_setup` until the metrics log it."""
+        started = time.perf_counter()
+        strategy = self.parts.strategy
+        tasks = strategy.training_tasks(self.train_tasks, self.run_dir, build=self.task_builds)
+        self.unlogged_setup["setup_seconds"] = self.unlogged_setup.get("setup_seconds", 0.0) + (
+            time.perf_counter() - started
+        )
+        self.unlogged_setup["setup_generated_tokens"] = (
+            self.unlogged_setup.get("setup_generated_tokens", 0.0) + strategy.setup_generated_tokens
+        )
         return TaskSampler(tasks, seed=self.config.run.seed + self.task_builds)
 
     def _resume(self, checkpoint: Path, state: dict[str, Any]) -> None:
@@ -170,7 +194,9 @@ class Trainer:
         if self.parts.strategy.refresh_due(step):
             self.task_builds += 1
             self.sampler = self._make_sampler()
-        return Drawn(self.sampler.next_batch(self.config.train.tasks_per_step), *before)
+        tasks = self.sampler.next_batch(self.config.train.tasks_per_step)
+        record_tasks(self.run_dir, step + 1, tasks)
+        return Drawn(tasks, *before)
 
     def _sync_generators(self) -> None:
         """The policy's current weights to the generator (evaluation, and rollouts in one process) and to the
@@ -227,6 +253,7 @@ class Trainer:
         if not self.test_tasks:
             return
         record, summary, metrics = evaluate_held_out(self.config, self.test_tasks, self.parts.strategy.context)
+        self.spend(seconds=summary["seconds"])
         (self.run_dir / f"eval_{label}.json").write_text(json.dumps({**record, "step": self.step}, indent=1))
         self.history[f"eval_{label}"] = summary
         logger.log(self.step, metrics)
@@ -249,6 +276,10 @@ class Trainer:
             experiences, metrics = self.parts.strategy.explore(self._draw(self.step).tasks, self.step)
         failpoint("rollout_done")
         rollout_seconds = time.perf_counter() - started
+        rebuilt = self.unlogged_setup.pop("setup_generated_tokens", 0.0)  # a refresh's seconds are this step's
+        self.unlogged_setup.pop("setup_seconds", None)
+        if rebuilt:
+            metrics["setup_generated_tokens"] = rebuilt
         assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
         if config.logging.dump_experiences:
             dump_dir = self.run_dir / "experiences"
@@ -274,7 +305,22 @@ class Trainer:
             release_free_memory()
         metrics.update(memory_metrics())
         self.step += 1
+        self.spend(generated_tokens=metrics.get("generated_tokens", 0.0) + rebuilt, seconds=metrics["step_seconds"])
         return metrics
+
+    def spend(self, generated_tokens: float = 0.0, seconds: float = 0.0) -> None:
+        """Add to what the run has spent (kept in the checkpoint, so a resumed run counts from where it was)."""
+        spent = self.history.setdefault("spent", {"generated_tokens": 0.0, "seconds": 0.0})
+        spent["generated_tokens"] += generated_tokens
+        spent["seconds"] += seconds
+
+    def budget_spent(self) -> bool:
+        """Whether the run has spent train.budget_tokens generated tokens or train.budget_seconds seconds
+        (setup, steps and evaluations counted)."""
+        spent, train = self.history.get("spent", {}), self.config.train
+        return (train.budget_tokens is not None and spent.get("generated_tokens", 0.0) >= train.budget_tokens) or (
+            train.budget_seconds is not None and spent.get("seconds", 0.0) >= train.budget_seconds
+        )
 
     def _stop_if_diverging(self) -> None:
         streak, limit = self.learner.nonfinite_streak, self.config.train.max_nonfinite_updates
@@ -314,13 +360,17 @@ class Trainer:
         logging = config.logging
         logger = MetricsLogger(self.run_dir, tensorboard=logging.tensorboard, wandb=logging.wandb)
         try:
+            if self.unlogged_setup:  # what building the task list cost before the first step (R3's failure set)
+                logger.log(self.step, self.unlogged_setup)
+                self.spend(self.unlogged_setup.get("setup_generated_tokens", 0.0), self.unlogged_setup["setup_seconds"])
+                self.unlogged_setup = {}
             if self.step == 0 and "eval_before" not in self.history:
                 self.evaluate("before", logger)
             with (
                 TrainProgress(config.train.steps, start_step=self.step, enabled=logging.progress) as progress,
                 GracefulInterrupt() as interrupt,
             ):
-                while self.step < config.train.steps:
+                while self.step < config.train.steps and not self.budget_spent():
                     metrics = self.train_step()
                     logger.log(self.step, metrics)
                     progress.update(self.step, metrics)
@@ -332,7 +382,7 @@ class Trainer:
                     if config.train.checkpoint_every and self.step % config.train.checkpoint_every == 0:
                         self.checkpoint()
             self.checkpoint()
-            if self.step < config.train.steps:  # the CLI says how to resume
+            if self.step < config.train.steps and not self.budget_spent():  # the CLI says how to resume
                 return {"run_dir": str(self.run_dir), "step": self.step, "interrupted": True}
             self.evaluate("after", logger)
             self.write_r3_table()
@@ -340,14 +390,18 @@ class Trainer:
             logger.close()
             self.close()
         summary = {
-            "run_dir": str(self.run_dir),
+            "run": self.run_dir.name,
             "step": self.step,
+            "stopped_by_budget": self.step < config.train.steps,
+            "spent": self.history.get("spent"),
             "wall_seconds_this_session": time.perf_counter() - started,
             "relative_step": self.relative_step,
+            "code": code_version(),
             "eval_before": self.history.get("eval_before"),
             "eval_after": self.history.get("eval_after"),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        summary = {"run_dir": str(self.run_dir), **summary}  # for the caller; the file names no machine path
         final = latest_checkpoint(self.run_dir)  # after summary.json, so a run cut off here is finished, not resumable
         if final is not None and not config.train.keep_optimizer:
             drop_optimizer_state(final)

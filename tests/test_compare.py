@@ -1,44 +1,25 @@
-"""`r3l compare`: the statistics on hand-computed numbers, the plan, what is read from run folders and drawn
-from it, and a real comparison of two presets x two seeds on tiny-random (evaluated during training too) whose
-table `--table-only` reproduces from the finished runs."""
+"""`r3l compare`: the plan, what is read from run folders (problem by problem, cost over every session) and
+drawn from it, the tables and notes, the equal-budget arms, and a real comparison of two presets x two seeds on
+tiny-random (evaluated during training too) whose tables `--table-only` reproduces from the finished runs.
+The statistics themselves: tests/test_compare_stats.py."""
+
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-from r3l.compare.plan import Arm, RunSpec, make_arms
+from r3l.compare.budget import budget_arm, reference_cost
+from r3l.compare.notes import differing_settings, overlap_counts
+from r3l.compare.plan import Arm, Budget, RunSpec, make_arms
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
 from r3l.compare.run import parse_seeds
-from r3l.compare.stats import estimate, pooled, pooled_before, wilson_interval
-from r3l.compare.summary import RunResult, read_run, table
+from r3l.compare.stats import difference_interval, seed_level_interval
+from r3l.compare.summary import Cost, Evaluation, RunResult, evaluation, read_run
+from r3l.compare.table import tables
+from r3l.envs import Task
 from r3l.errors import UserError
 from tests.conftest import run_cli
-
-
-def test_wilson_interval_on_hand_computed_numbers():
-    # 3 of 10, z = 1.959964 (z^2 = 3.841459): centre (0.3 + z^2/20) / (1 + z^2/10) = 0.49207 / 1.38415 = 0.355506,
-    # half-width z * sqrt(0.3 * 0.7 / 10 + z^2 / 400) / 1.38415 = 1.959964 * 0.174939 / 1.38415 = 0.247714
-    low, high = wilson_interval(3, 10)
-    assert low == pytest.approx(0.355506 - 0.247714, abs=1e-5) and high == pytest.approx(0.355506 + 0.247714, abs=1e-5)
-    # 10 of 20: centre 0.5, half-width 1.959964 * sqrt(0.0125 + 0.0024009) / 1.192073 = 0.200704
-    assert wilson_interval(10, 20) == pytest.approx((0.299296, 0.700704), abs=1e-5)
-    # the ends stay inside [0, 1] and are not a point (the normal approximation would give [0, 0])
-    assert wilson_interval(0, 10)[0] == 0.0 and 0.2 < wilson_interval(0, 10)[1] < 0.35
-    assert wilson_interval(10, 10)[1] == pytest.approx(1.0) and wilson_interval(0, 0) == (0.0, 1.0)
-    with pytest.raises(ValueError):
-        wilson_interval(11, 10)
-
-
-def test_pooling_over_seeds():
-    assert pooled([(3, 10), (7, 10)]) == (0.5, *wilson_interval(10, 20))  # successes and tasks summed
-    assert pooled([]) is None
-    # before training every seed evaluates the same model: identical evaluations are one, not three
-    assert pooled_before([(115, 200)] * 3) == pooled([(115, 200)])
-    assert pooled_before([(115, 200), (117, 200)]) == pooled([(115, 200), (117, 200)])
-    assert estimate([0.3, 0.7], [(3, 10), (7, 10)]) == pooled([(3, 10), (7, 10)])
-    centre, low, high = estimate([0.4, 0.6], [None, (6, 10)])  # a run without counts: no interval is invented
-    assert centre == 0.5 and math.isnan(low) and math.isnan(high) and estimate([], []) is None
 
 
 def test_seeds_and_arms():
@@ -55,43 +36,28 @@ def test_seeds_and_arms():
         make_arms(["grpo", "grpo"], None)
 
 
-def test_table_rows():
-    results = [RunResult("a", 0, 0.4, 10, 60.0, 100.0, 50.0, final_counts=(4, 10), before=0.2, before_counts=(2, 10)),
-               RunResult("a", 1, 0.6, 10, 180.0, 300.0, 150.0, final_counts=(6, 10), before=0.2,
-                         before_counts=(2, 10)),
-               RunResult("b", 0, None)]
-    markdown, csv = table(results)
-    rows = markdown.splitlines()
-    assert "Wilson" in rows[0] and "before" in rows[0]
-    # before: 2 of 10 once (both seeds start from one model): centre (0.2 + 0.192073) / 1.384146 = 0.283255,
-    # half-width 1.959964 * sqrt(0.016 + 0.0096037) / 1.384146 = 0.226576; after: 10 of 20 pooled (see above).
-    # A t-interval over the two seeds' 0.4 and 0.6 was [-0.771, 1.771]: outside [0, 1].
-    assert rows[2] == ("| a | 2 | 0.200 | [0.057, 0.510] | 0.500 | [0.299, 0.701] | 0.40 0.60 | 10 | 2.0 | 200 "
-                       "| 100 |")
-    assert rows[3].startswith("| b | 0 | - |") and csv.splitlines()[1].startswith('a,2,0.200,"[0.057, 0.510]",0.500,')
-    assert "Wilson" in markdown.split("\n\n")[1]  # the note under the table says what the intervals are
-    # without the counts of every seed: the mean success, no interval
-    markdown, _ = table([RunResult("a", 0, 0.4, 10), RunResult("a", 1, 0.6, 10, final_counts=(6, 10))])
-    assert markdown.splitlines()[2].startswith("| a | 2 | - | - | 0.500 | - | 0.40 0.60 |")
+def _samples(outcomes: list[int], prefix: str = "t") -> list[dict]:
+    return [{"task_id": f"{prefix}{i}", "success": bool(o), "reward": float(o), "completion": "<answer>1</answer>"}
+            for i, o in enumerate(outcomes)]
 
 
-def _write_run(directory: Path, steps: int, evaluations: dict[int, tuple[int, int]]) -> RunSpec:
+def _write_run(directory: Path, steps: int, evaluations: dict[int, list[int]], step_tokens: float = 10.0) -> RunSpec:
     """A finished run's files as `r3l train` writes them: evaluations before (step 0), during training
-    (eval_stepN.json) and after (the last step), each in metrics.jsonl too."""
+    (eval_stepN.json) and after (the last step), problem by problem, each in metrics.jsonl too."""
     directory.mkdir(parents=True)
     rows = []
-    for step, (successes, total) in sorted(evaluations.items()):
+    for step, outcomes in sorted(evaluations.items()):
         label = "before" if step == 0 else "after" if step == steps else f"step{step}"
-        record = {"success": successes / total, "ci95": list(wilson_interval(successes, total)),
-                  "successes": successes, "total": total, "samples": [], "step": step}
+        record = {"success": sum(outcomes) / len(outcomes), "total": len(outcomes), "samples": _samples(outcomes),
+                  "step": step}
         (directory / f"eval_{label}.json").write_text(json.dumps(record))
-        rows.append({"step": step, "eval/success": successes / total, "eval/seconds": 1.0})
-    rows += [{"step": s, "reward": 0.5, "step_seconds": 2.0} for s in range(1, steps + 1)]
+        rows.append({"step": step, "eval/success": sum(outcomes) / len(outcomes), "eval/seconds": 1.0})
+    rows += [{"step": s, "reward": 0.5, "step_seconds": 2.0, "generated_tokens": step_tokens}
+             for s in range(1, steps + 1)]
     rows.sort(key=lambda row: (row["step"], "step_seconds" not in row))
     (directory / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    summary = {name: {"success": c[0] / c[1], "successes": c[0], "total": c[1]}
-               for name, c in (("eval_before", evaluations[0]), ("eval_after", evaluations[steps]))}
-    (directory / "summary.json").write_text(json.dumps({"step": steps, **summary}))
+    (directory / "summary.json").write_text(json.dumps({"step": steps}))
+    (directory / "config.yaml").write_text(f"run:\n  seed: 1\ntrain:\n  steps: {steps}\n")
     return RunSpec(Arm(directory.parent.name, None, ()), int(directory.name.removeprefix("seed")), directory)
 
 
@@ -99,107 +65,191 @@ def _single_x(line) -> bool:
     return len(set(line.get_xdata())) <= 1
 
 
+BEFORE = [1, 0, 0, 1, 0, 1, 0, 0]
+
+
+def test_a_run_is_read_problem_by_problem_with_its_whole_cost(tmp_path):
+    spec = _write_run(tmp_path / "grpo" / "seed0", 3, {0: BEFORE, 3: [1, 1, 0, 1, 0, 1, 1, 0]})
+    with open(spec.directory / "metrics.jsonl", "a") as handle:  # a resume redid step 3 and counted again
+        handle.write(json.dumps({"step": 3, "step_seconds": 2.0, "generated_tokens": 10.0}) + "\n")
+        handle.write(json.dumps({"step": 0, "setup_seconds": 5.0, "setup_generated_tokens": 100.0}) + "\n")
+    run = read_run(spec)
+    assert run.finished and run.steps == 3
+    assert run.before.outcomes["first"] == {f"t{i}": float(o) for i, o in enumerate(BEFORE)}
+    assert run.final() == 5 / 8 and run.after.format_missing["first"] is None  # no format recorded, no rule
+    # 4 step records x 2 s + 2 evaluations x 1 s + 5 s setup; tokens 4 x 10 + 100 of setup
+    assert (run.cost.step_records, run.cost.seconds, run.cost.generated_tokens) == (4, 15.0, 140.0)
+    assert [(p.step, p.tokens) for p in run.curve] == [(0, 0.0), (3, 30.0)]
+    assert run.settings["train.steps"] == 3 and run.code == []
+
+
+def test_two_attempt_evaluations_give_three_measures_and_format_shares():
+    record = {"step": 5, "total": 3, "second_try_verdict_only": {},
+              "samples": [
+                  {"task_id": "a", "first_success": True, "first_attempt": "<answer>1</answer>"},
+                  {"task_id": "b", "first_success": False, "first_attempt": "1", "second_success": True,
+                   "second_attempt": "<answer>2</answer>", "verdict_only_success": False, "verdict_only_attempt": "2"},
+                  {"task_id": "c", "first_success": False, "first_attempt": "3", "second_success": False,
+                   "second_attempt": "4", "verdict_only_success": True, "verdict_only_attempt": "<answer>5</answer>"},
+              ]}
+    made = evaluation(record, format_rule=lambda reply: "<answer>" not in reply)
+    assert made.outcomes["first"] == {"a": 1.0, "b": 0.0, "c": 0.0}
+    assert made.outcomes["second"] == {"a": 1.0, "b": 1.0, "c": 0.0}  # a solved at once keeps its first
+    assert made.outcomes["verdict_only"] == {"a": 1.0, "b": 0.0, "c": 1.0}
+    # the first try: 2 of 3 without tags; second tries (of the two failures): 1 of 2 each
+    assert made.format_missing == {"first": 2 / 3, "second": 0.5, "verdict_only": 0.5}
+
+
+def _results(tmp_path, arm: str, afters: list[list[int]], steps: int = 4, **kwargs) -> list[RunResult]:
+    return [read_run(_write_run(tmp_path / arm / f"seed{seed}", steps, {0: BEFORE, steps: after}, **kwargs))
+            for seed, after in enumerate(afters)]
+
+
+def test_tables_read_seeds_as_the_unit(tmp_path):
+    grpo = _results(tmp_path, "grpo", [[1, 1, 0, 1, 0, 1, 1, 0], [1, 1, 1, 1, 0, 1, 0, 0], [1, 0, 1, 1, 0, 1, 1, 0]])
+    r3l = _results(tmp_path, "r3l", [[1, 0, 0, 1, 0, 1, 0, 1], [1, 1, 0, 1, 1, 1, 0, 0]], step_tokens=30.0)
+    markdown, csv = tables([*grpo, *r3l], ["a note"])
+    rows = markdown.splitlines()
+    grpo_after = seed_level_interval([[1, 1, 0, 1, 0, 1, 1, 0], [1, 1, 1, 1, 0, 1, 0, 0], [1, 0, 1, 1, 0, 1, 1, 0]])
+    assert rows[2].startswith(f"| grpo | 1st try | 3 | 4 | 0.375 | 0.625 [{grpo_after.low:.3f}, {grpo_after.high:.3f}]")
+    assert rows[2].endswith("| 0.625 / 0.625 / 0.625 | - | 0.2 | 40 |")  # (4 x 2 s + 2 x 1 s) / 60; 4 x 10 tokens
+    assert "| r3l | 1st try | 2 | 4 |" in rows[3] and rows[3].endswith("| 120 |")
+    afters = [[1, 1, 0, 1, 0, 1, 1, 0], [1, 1, 1, 1, 0, 1, 0, 0], [1, 0, 1, 1, 0, 1, 1, 0]]
+    change = difference_interval(afters, [BEFORE], second_fixed=True)  # one untrained model, as every seed saw
+    assert f"+0.250 [{change.low:+.3f}, {change.high:+.3f}]" in rows[2]
+    assert "seed as the unit" in markdown and "a note" in markdown
+    assert "| grpo − r3l (1st try) |" in markdown
+    assert csv.splitlines()[0].startswith("arm,try,seeds,steps,before,")
+
+
+def test_one_seed_gets_no_invented_interval(tmp_path):
+    markdown, _ = tables(_results(tmp_path, "a", [[1, 1, 0, 1, 0, 1, 1, 0]]))
+    assert "0.625 (one seed: no interval)" in markdown.splitlines()[2]
+
+
 def test_before_and_after_alone_are_markers_not_a_curve(tmp_path):
-    results = [read_run(_write_run(tmp_path / "grpo" / f"seed{seed}", 30, {0: (115, 200), 30: (after, 200)}))
-               for seed, after in ((0, 131), (1, 128), (2, 133))]
-    assert results[0].final_counts == (131, 200) and results[0].before_counts == (115, 200)
+    results = _results(tmp_path, "grpo", [[1, 1, 0, 1, 0, 1, 1, 0], [1, 1, 1, 1, 0, 1, 0, 0]])
     assert results[0].intermediate() == []
     assert curves(results) == {}  # two evaluations are no learning curve
     bell = dumbbells(results)["grpo"]
-    assert bell.before == pooled([(115, 200)]) and bell.after == pooled([(131, 200), (128, 200), (133, 200)])
-    assert bell.per_seed == [0.655, 0.64, 0.665] and bell.steps == 30
+    assert bell.before.mean == 0.375 and bell.after.mean == 0.625 and bell.per_seed == [0.625, 0.625]
     fig = figure(results)
     assert len(fig.axes) == 1
     lines = fig.axes[0].get_lines()
-    assert lines and all(_single_x(line) for line in lines)  # nothing joins step 0 to step 30
-    assert fig.axes[0].get_ylim()[0] >= -0.05 and fig.axes[0].get_ylim()[1] <= 1.05
+    assert lines and all(_single_x(line) for line in lines)  # nothing joins step 0 to step 4
 
 
-def test_evaluations_during_training_make_the_curve(tmp_path):
-    every = {0: (60, 200), 10: (70, 200), 20: (84, 200), 30: (90, 200)}
-    results = [read_run(_write_run(tmp_path / "r3l" / "seed0", 30, every)),
-               read_run(_write_run(tmp_path / "r3l" / "seed1", 30, {**every, 10: (74, 200)})),
-               read_run(_write_run(tmp_path / "grpo" / "seed0", 30, {0: (60, 200), 30: (80, 200)}))]
-    assert results[0].intermediate() == [(10, 0.35), (20, 0.42)] and results[0].counts[10] == (70, 200)
+def test_evaluations_during_training_make_the_curve_against_steps_or_cost(tmp_path):
+    every = {0: BEFORE, 2: [1, 1, 0, 1, 0, 0, 0, 0], 4: [1, 1, 0, 1, 0, 1, 1, 0]}
+    results = [read_run(_write_run(tmp_path / "r3l" / "seed0", 4, every)),
+               read_run(_write_run(tmp_path / "r3l" / "seed1", 4, {**every, 2: [1, 1, 1, 1, 0, 0, 0, 0]})),
+               read_run(_write_run(tmp_path / "grpo" / "seed0", 4, {0: BEFORE, 4: [1] * 8}))]
+    assert [p.step for p in results[0].intermediate()] == [2]
     lines = curves(results)
     assert list(lines) == ["r3l"]  # grpo evaluated only before and after: no curve for it
-    assert [point[0] for point in lines["r3l"]] == [0, 10, 20, 30]
-    step, success, low, high, seeds = lines["r3l"][1]
-    assert (step, success, seeds) == (10, 0.36, 2) and (low, high) == pytest.approx(wilson_interval(144, 400))
-    assert lines["r3l"][0][1:4] == pooled([(60, 200)])  # the shared start counted once
-    fig = figure(results)
-    assert len(fig.axes) == 2
-    curve = [line for line in fig.axes[1].get_lines() if not _single_x(line)]
-    assert len(curve) == 1 and list(curve[0].get_xdata()) == [0, 10, 20, 30]
-    assert all(_single_x(line) for line in fig.axes[0].get_lines())
+    assert [point[0] for point in lines["r3l"]] == [0, 2, 4]
+    x, mean, low, high, seeds = lines["r3l"][1]
+    assert (x, mean, seeds) == (2, 0.4375, 2) and low < mean < high
+    by_tokens = curves(results, "tokens")["r3l"]
+    assert [point[0] for point in by_tokens] == [0.0, 20.0, 40.0]  # 10 tokens a step
+    fig = figure(results, "tokens")
+    assert len(fig.axes) == 2 and "tokens" in fig.axes[1].get_xlabel()
 
 
-def test_an_unknown_interval_is_not_invented(tmp_path):
-    result = RunResult("a", 0, 0.5, 10, curve=[(0, 0.25), (5, 0.4), (10, 0.5)], before=0.25)
-    bell = dumbbells([result])["a"]
-    assert bell.after[0] == 0.5 and math.isnan(bell.after[1])  # no counts: the point, no interval
-    assert curves([result])["a"][1][:2] == (5, 0.4)
+def test_the_plot_shows_each_try_of_two_attempt_runs():
+    def r3_run(seed: int, second: list[int]) -> RunResult:
+        outcomes = {"first": {"a": 1.0, "b": 0.0, "c": 0.0}, "second": dict(zip("abc", map(float, second)))}
+        run = RunResult("r3", seed, finished=True, steps=3)
+        run.evaluations = {0: Evaluation(0, outcomes), 3: Evaluation(3, outcomes)}
+        return run
+
+    bells = dumbbells([r3_run(0, [1, 1, 0]), r3_run(1, [1, 0, 1])])
+    assert list(bells) == ["r3", "r3, 2nd try after a reflection"]
+    runs = [r3_run(0, [1, 1, 0]), r3_run(1, [1, 0, 1])]
+    labels = [tick.get_text() for tick in figure(runs).axes[0].get_xticklabels()]
+    assert labels[1].startswith("r3, 2nd try")
 
 
-def test_compare_two_presets_and_rebuild_the_table(tmp_path):
+def test_overlap_counts_exact_and_reordered_problems():
+    train = [Task("a", "Calculate 12 + 7."), Task("b", "Calculate 3 * 4.")]
+    held_out = [Task("x", "Calculate 12 + 7."), Task("y", "Calculate 7 + 12."), Task("z", "Calculate 5 - 1.")]
+
+    def key(task):
+        return tuple(sorted(task.prompt.removeprefix("Calculate ").rstrip(".").split()))
+
+    assert overlap_counts(held_out, train, key) == (1, 2, 3)
+
+
+def test_settings_on_which_runs_differ():
+    def run(label, seed, **settings):
+        return RunResult(label, seed, settings={"run.seed": seed, "train.lr": 1e-6, **settings})
+
+    results = [run("grpo", 0, **{"train.micro_batch_size": 32, "algorithm.name": "grpo"}),
+               run("r3", 0, **{"train.micro_batch_size": 8, "algorithm.name": "r3", "algorithm.max_samples": 4}),
+               run("r3", 1, **{"train.micro_batch_size": 8, "train.micro_batch_overhead": 64, "algorithm.name": "r3",
+                                "algorithm.max_samples": 4})]
+    assert differing_settings(results) == [
+        "- `train.micro_batch_overhead`: grpo absent; r3 seed 0: absent, seed 1: 64",
+        "- `train.micro_batch_size`: grpo 32; r3 8",
+    ]
+    assert differing_settings(results, "algorithm.") == ["- `algorithm.name`: grpo grpo; r3 r3"]
+
+
+def test_budget_arms_run_on_to_the_reference_cost():
+    def run(label, tokens):
+        made = RunResult(label, 0, finished=True, steps=30, cost=Cost(generated_tokens=tokens))
+        made.evaluations = {30: Evaluation(30, {"first": {"a": 1.0}})}  # finished, evaluated after
+        return made
+
+    results = [run("grpo", 18_000), run("r3l", 60_000), run("r3l", 58_000)]
+    with pytest.raises(UserError, match="no such arm"):
+        reference_cost(results, Budget("tokens", "r3"))
+    assert reference_cost(results, Budget("tokens")) == ("r3l", 59_000)
+    budget = Budget("tokens", "r3l", 59_000, "r3l")
+    arm = budget_arm(Arm("grpo", "examples/x.yaml", ("algorithm=grpo",)), [results[0]], budget, 30, 0)
+    # 600 tokens a step: 99 steps predicted, capped at 3x; evaluated every 30 steps (its equal-steps length)
+    assert arm == Arm("grpo@tokens", "examples/x.yaml", ("algorithm=grpo",),
+                      ("train.budget_tokens=59000", "train.steps=295", "eval.every=30"))
+
+
+def test_compare_two_configs_at_equal_steps_and_budget_and_rebuild_the_table(tmp_path):
     out = tmp_path / "cmp"
-    tiny = ["model=tiny-random", "sampling.group_size=4", "sampling.max_new_tokens=8", "train.tasks_per_step=2",
-            "train.steps=2", "eval.size=4", "eval.every=1", "logging.tensorboard=false"]
-    first = run_cli("compare", "grpo", "opmd", "--seeds", "2", "--out", str(out), *tiny, cwd=tmp_path)
+    for name, group in (("cheap", 2), ("costly", 6)):  # the costly arm samples three times as many completions
+        config = f"algorithm: grpo\nsampling: {{group_size: {group}, max_new_tokens: 8}}\n"
+        (tmp_path / f"{name}.yaml").write_text(config)
+    tiny = ["model=tiny-random", "train.tasks_per_step=2", "train.steps=2", "eval.size=4", "eval.every=1",
+            "logging.tensorboard=false"]
+    first = run_cli("compare", "cheap.yaml", "costly.yaml", "--seeds", "2", "--out", "cmp", "--match-budget",
+                    "tokens", "--plot-x", "tokens", *tiny, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
-    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["grpo", "opmd"]
-    assert all((out / arm / f"seed{s}" / "summary.json").exists() for arm in ("grpo", "opmd") for s in (0, 1))
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["cheap", "cheap@tokens", "costly"]
+    assert all((out / arm / f"seed{s}" / "summary.json").exists() for arm in ("cheap", "costly") for s in (0, 1))
+    plan = json.loads((out / "compare.json").read_text())
+    assert plan["budget"]["by"] == "tokens" and plan["budget"]["reference"] == "costly"
+    budget = read_run(RunSpec(Arm("cheap@tokens", None, ()), 0, out / "cheap@tokens" / "seed0"))
+    assert budget.cost.generated_tokens >= plan["budget"]["target"] and budget.steps > 2  # ran on past 2 steps
+    assert budget.stopped_by_budget and 2 in budget.evaluations  # evaluated where the equal-steps arm ended
     made = (out / "compare.md").read_text()
-    assert made.splitlines()[2].startswith("| grpo | 2 |") and (out / "compare.png").stat().st_size > 0
+    assert made.splitlines()[2].startswith("| cheap | 1st try | 2 | 2 |") and (out / "compare.png").stat().st_size
+    assert "| cheap@tokens | 1st try | 2 |" in made and "Equal budget: arms marked @tokens" in made
+    assert "Held-out/training overlap:" in made and "Code: 1 version(s) of the source across 6 run(s)" in made
+    assert "- `sampling.group_size`: cheap 2; costly 6; cheap@tokens 2" in made
     # eval.every=1: an evaluation after step 1 (besides before and after), which makes the curve
-    assert (out / "grpo" / "seed0" / "eval_step1.json").exists()
-    run = read_run(RunSpec(Arm("grpo", None, ()), 0, out / "grpo" / "seed0"))
-    assert [step for step, _ in run.intermediate()] == [1] and set(run.counts) == {0, 1, 2}
-    assert run.final_counts is not None and run.final_counts[1] == 4
-    again = run_cli("compare", "--out", str(out), "--table-only", cwd=tmp_path)
+    run = read_run(RunSpec(Arm("cheap", None, ()), 0, out / "cheap" / "seed0"))
+    assert [p.step for p in run.intermediate()] == [1] and set(run.evaluations) == {0, 1, 2}
+    assert len(run.after.outcomes["first"]) == 4
+    assert json.loads((out / "cheap" / "seed0" / "summary.json").read_text())["run"] == "seed0"
+    assert "cmp/cheap" in (out / "cheap" / "seed0" / "config.yaml").read_text()  # relative, as given
+    steps = [json.loads(line)["step"] for line in (out / "cheap" / "seed0" / "tasks.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    again = run_cli("compare", "--out", "cmp", "--table-only", "--plot-x", "tokens", cwd=tmp_path)
     assert again.returncode == 0 and (out / "compare.md").read_text() == made
-    rerun = run_cli("compare", "--out", str(out), cwd=tmp_path)  # everything finished: nothing runs again
+    rerun = run_cli("compare", "--out", "cmp", "--plot-x", "tokens", cwd=tmp_path)  # finished: nothing runs
     assert rerun.returncode == 0 and "running" not in rerun.stdout and (out / "compare.md").read_text() == made
-    clash = run_cli("compare", "grpo", "--seeds", "1", "--out", str(out), *tiny, cwd=tmp_path)
+    clash = run_cli("compare", "grpo", "--seeds", "1", "--out", "cmp", *tiny, cwd=tmp_path)
     assert clash.returncode == 2 and "holds another comparison" in clash.stderr
-
-
-def test_runs_that_try_twice_get_second_try_columns():
-    # R3's evaluations (eval.attempts=2): the second try after a reflection, before and after, pooled over seeds;
-    # an arm that tried once shows '-' there
-    r3 = [RunResult("r3", seed, 0.55, 30, final_counts=(11, 20), before=0.6, before_counts=(12, 20),
-                    second_before=0.6, second_before_counts=(12, 20), second_final=final / 20,
-                    second_final_counts=(final, 20)) for seed, final in ((0, 13), (1, 14))]
-    grpo = [RunResult("grpo", 0, 0.7, 30, final_counts=(14, 20), before=0.6, before_counts=(12, 20))]
-    markdown, csv = table([*r3, *grpo])
-    rows = markdown.splitlines()
-    assert "| before: 2nd try | after: 2nd try (seeds pooled) | after: 2nd try, 95% Wilson |" in rows[0]
-    # 27 of 40 pooled: p 0.675, z 1.959964: centre (0.675 + 3.841459 / 80) / 1.096036 = 0.659665,
-    # half-width 1.959964 * sqrt(0.675 * 0.325 / 40 + 3.841459 / 6400) / 1.096036 = 0.139489; the first try,
-    # 22 of 40: centre 0.598018 / 1.096036 = 0.545620, half-width 1.959964 * 0.082388 / 1.096036 = 0.147328
-    assert rows[2].startswith("| r3 | 2 | 0.600 | [0.387, 0.781] | 0.550 | [0.398, 0.693] | 0.600 | 0.675 | "
-                              "[0.520, 0.799] | 0.55 0.55 |")
-    assert rows[3].startswith("| grpo | 1 | 0.600 | [0.387, 0.781] | 0.700 | [0.481, 0.855] | - | - | - | 0.70 |")
-    import csv as csv_module
-
-    assert [len(row) for row in csv_module.reader(csv.splitlines())] == [14, 14, 14]
-    # without a second try anywhere the table keeps its shape
-    assert "2nd try" not in table(grpo)[0]
-
-
-def test_the_plot_shows_a_second_try_beside_the_first():
-    r3 = [RunResult("r3", seed, 0.55, 30, final_counts=(11, 20), before=0.6, before_counts=(12, 20),
-                    second_before=0.6, second_before_counts=(12, 20), second_final=final / 20,
-                    second_final_counts=(final, 20)) for seed, final in ((0, 13), (1, 14))]
-    grpo = [RunResult("grpo", 0, 0.7, 30, final_counts=(14, 20), before=0.6, before_counts=(12, 20))]
-    bells = dumbbells([*r3, *grpo])
-    assert list(bells) == ["r3", "r3, 2nd try", "grpo"]
-    second = bells["r3, 2nd try"]
-    assert second.before == pooled_before([(12, 20), (12, 20)]) and second.after == pooled([(13, 20), (14, 20)])
-    assert second.per_seed == [0.65, 0.7] and second.steps == 30
-    assert bells["r3"].after == pooled([(11, 20), (11, 20)])
-    labels = [tick.get_text() for tick in figure([*r3, *grpo]).axes[0].get_xticklabels()]
-    assert labels[1].startswith("r3, 2nd try\n(2 seeds, 30 steps)")
+    bad = run_cli("compare", "--out", "cmp", "--metric", "accuracy", cwd=tmp_path)
+    assert bad.returncode == 2 and "--metric accuracy" in bad.stderr
 
 
 def test_long_arm_labels_wrap_after_underscores_and_at_spaces():
@@ -207,3 +257,8 @@ def test_long_arm_labels_wrap_after_underscores_and_at_spaces():
     assert wrapped("qwen_arithmetic_2digit_r3l", 12) == "qwen_\narithmetic_\n2digit_r3l"
     assert wrapped("grpo", 12) == "grpo"
     assert wrapped("averyveryverylongword", 5) == "averyveryverylongword"  # no place to break: left whole
+
+
+def test_an_unknown_interval_is_not_invented():
+    estimate = seed_level_interval([[1, 0, 1]])
+    assert math.isnan(estimate.low)

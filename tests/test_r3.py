@@ -72,7 +72,19 @@ def test_r3_training_dumps_reflection_only_masks_and_the_table(tmp_path):
         assert key in step_one
     table = (run / "r3_table.md").read_text()
     assert "untrained 1st try" in table and "trained 2nd try" in table
+    assert "untrained 2nd try after the verdict alone (control)" in table
     assert (run / "r3_table.csv").read_text().count("\n") == 2
+    # R3's failure set is a cost of the run: logged before the first step (first attempts generated, seconds)
+    setup = next(m for m in metrics if "setup_generated_tokens" in m)
+    assert setup["step"] == 0 and setup["setup_generated_tokens"] > 0 and setup["setup_seconds"] > 0
+    # the control: the same failures asked again after the verdict alone, no reflection between
+    after = json.loads((run / "eval_after.json").read_text())
+    failures = [s for s in after["samples"] if not s["first_success"]]
+    assert failures and all("verdict_only_attempt" in s and "reflection" in s for s in failures)
+    assert all("verdict_only_attempt" not in s for s in after["samples"] if s["first_success"])
+    control = after["second_try_verdict_only"]
+    assert control["successes"] == sum(s["first_success"] or s["verdict_only_success"] for s in after["samples"])
+    assert {"format_missing"} <= set(control) and "format_missing" in after["first_try"]
 
 
 def test_failure_set_counts_and_resumes(tiny, tmp_path):
@@ -105,6 +117,12 @@ def test_reflection_prompts(tmp_path):
     assert ReflectionPrompts.load(str(custom), include_feedback=True).reflect_message("x") == "Think about it. x"
     with pytest.raises(UserError, match="does not exist"):
         ReflectionPrompts.load(str(tmp_path / "missing.txt"))
+    # the control's message: the verdict (with the feedback where the reflection would get it), then the request
+    # to answer again asked as the retry after a reflection asks it, with no reflection between
+    control = prompts.verdict_retry_message("uses 7 twice", "Make 24 from 3 7 7 8.", "Answer in <answer> tags.")
+    assert control == ("Your answer was not correct. uses 7 twice\nTry again. Answer in <answer> tags.\n\n"
+                       "Make 24 from 3 7 7 8.")
+    assert "uses 7" not in ReflectionPrompts.load().verdict_retry_message("uses 7 twice", "task")
 
 
 def test_the_retry_message_restates_the_format_and_the_task():

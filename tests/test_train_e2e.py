@@ -60,10 +60,28 @@ def test_train_dump_resume_eval_report(tmp_path):
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000002"]
     assert (run_dir / "checkpoints" / "step_000002" / "optimizer.pt").exists()
 
-    resumed = run_cli("train", "--resume", str(run_dir), "train.steps=3", cwd=tmp_path)
+    # provenance: the code of each session, the tasks of each step, no path of this machine in what is written
+    sessions = read_records(run_dir / "provenance.jsonl")
+    assert [s["session"] for s in sessions] == ["start"] and len(sessions[0]["source_hash"]) == 12
+    steps = read_records(run_dir / "tasks.jsonl")
+    assert [s["step"] for s in steps] == [1, 2] and all(len(s["tasks"]) == 2 for s in steps)
+    assert all(task.startswith("countdown-train-") and len(prompt) == 12 for s in steps for task, prompt in s["tasks"])
+    written = json.loads((run_dir / "summary.json").read_text())
+    assert written["run"] == "tiny" and str(tmp_path) not in json.dumps(written)
+    assert written["spent"]["generated_tokens"] > 0 and written["code"]["source_hash"] == sessions[0]["source_hash"]
+
+    # a resume under other code is refused in one line, unless allowed (and recorded)
+    sessions[0]["source_hash"] = "0123456789ab"
+    (run_dir / "provenance.jsonl").write_text(json.dumps(sessions[0]) + "\n")
+    refused = run_cli("train", "--resume", str(run_dir), "train.steps=3", cwd=tmp_path)
+    assert refused.returncode == 2 and "ran other code" in refused.stderr and "--allow-code-change" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    resumed = run_cli("train", "--resume", str(run_dir), "train.steps=3", "--allow-code-change", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["step"] == 3
     assert (run_dir / "checkpoints" / "latest").resolve().name == "step_000003"
+    last = read_records(run_dir / "provenance.jsonl")[-1]
+    assert last["session"] == "resume" and last["step"] == 2 and last["allowed_code_change"] is True
 
     evaluated = run_cli("eval", "env=countdown", "eval.size=3", "generator.dtype=float32", "--model", str(run_dir),
                         "--out", str(tmp_path / "ev"), cwd=tmp_path)

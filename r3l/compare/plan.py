@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from r3l.config import PRESET_DIR
@@ -21,6 +21,7 @@ class Arm:
     label: str
     config: str | None  # a YAML path (or None: the base config)
     overrides: tuple[str, ...]
+    last: tuple[str, ...] = ()  # applied after the comparison's own overrides (a budget arm's step cap)
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,11 @@ def plan_runs(arms: Sequence[Arm], seeds: Sequence[int], out: Path) -> list[RunS
     return [RunSpec(arm, seed, out / arm.label / f"seed{seed}") for arm in arms for seed in seeds]
 
 
-def train_command(spec: RunSpec, overrides: Sequence[str]) -> list[str]:
+def train_command(spec: RunSpec, overrides: Sequence[str], allow_code_change: bool = False) -> list[str]:
     """The `r3l train` command line of a run: resume it where it stopped, or start it in its directory."""
     if spec.state() == "partial":
-        return [sys.executable, "-m", "r3l.cli", "train", "--resume", str(spec.directory)]
+        resume = [sys.executable, "-m", "r3l.cli", "train", "--resume", str(spec.directory)]
+        return [*resume, "--allow-code-change"] if allow_code_change else resume
     config = [spec.arm.config] if spec.arm.config else []
     return [
         sys.executable,
@@ -81,6 +83,7 @@ def train_command(spec: RunSpec, overrides: Sequence[str]) -> list[str]:
         *config,
         *spec.arm.overrides,
         *overrides,
+        *spec.arm.last,
         f"run.seed={spec.seed}",
         f"run.dir={spec.directory.parent}",
         f"run.name={spec.directory.name}",
@@ -88,7 +91,9 @@ def train_command(spec: RunSpec, overrides: Sequence[str]) -> list[str]:
     ]
 
 
-def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, log) -> list[RunSpec]:
+def run_all(
+    specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, log, allow_code_change: bool = False
+) -> list[RunSpec]:
     """Run every unfinished run, `parallel` at a time, each in its own process (its output in
     RUN/compare.log); returns the runs that failed."""
     pending = [spec for spec in specs if spec.state() != "done"]
@@ -102,7 +107,8 @@ def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, l
             spec.directory.parent.mkdir(parents=True, exist_ok=True)
             log(f"{spec.arm.label} seed {spec.seed}: {spec.state()} -> running")
             with open(spec.directory.parent / f"{spec.directory.name}.log", "a") as handle:  # the child keeps its own
-                running.append((spec, subprocess.Popen(train_command(spec, overrides), stdout=handle, stderr=handle)))
+                command = train_command(spec, overrides, allow_code_change)
+                running.append((spec, subprocess.Popen(command, stdout=handle, stderr=handle)))
         spec, process = running.pop(0)
         if process.wait() != 0:
             failed.append(spec)
@@ -115,25 +121,48 @@ def run_all(specs: Sequence[RunSpec], overrides: Sequence[str], parallel: int, l
     return failed
 
 
-def write_plan(out: Path, arms: Sequence[Arm], seeds: Sequence[int], overrides: Sequence[str]) -> None:
-    """compare.json: what the comparison is, so `--table-only` and a resumed compare read the same plan."""
+@dataclass(frozen=True)
+class Budget:
+    """`--match-budget`: arms cheaper than the reference arm (`of`; None: the costliest) run on to its mean
+    cost in generated tokens or seconds; `target` is fixed once the reference has finished."""
+
+    by: str
+    of: str | None = None
+    target: float | None = None
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a comparison is (compare.json), so `--table-only` and a resumed compare read the same plan."""
+
+    arms: list[Arm]
+    seeds: list[int]
+    overrides: list[str]
+    budget: Budget | None = None
+
+    def same_design(self, other: Plan) -> bool:
+        """The same arms, seeds and overrides (a budget may be added to a finished comparison)."""
+        return (self.arms, self.seeds, self.overrides) == (other.arms, other.seeds, other.overrides)
+
+
+def write_plan(out: Path, plan: Plan) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(
-        json.dumps(
-            {
-                "arms": [{"label": a.label, "config": a.config, "overrides": list(a.overrides)} for a in arms],
-                "seeds": list(seeds),
-                "overrides": list(overrides),
-            },
-            indent=1,
-        )
-    )
+    record: dict = {
+        "arms": [{"label": a.label, "config": a.config, "overrides": list(a.overrides)} for a in plan.arms],
+        "seeds": list(plan.seeds),
+        "overrides": list(plan.overrides),
+    }
+    if plan.budget is not None:
+        record["budget"] = asdict(plan.budget)
+    (out / "compare.json").write_text(json.dumps(record, indent=1))
 
 
-def read_plan(out: Path) -> tuple[list[Arm], list[int], list[str]]:
+def read_plan(out: Path) -> Plan:
     path = out / "compare.json"
     if not path.exists():
         raise UserError(f"{out} holds no comparison (compare.json); run r3l compare CONFIGS --out {out} first")
-    plan = json.loads(path.read_text())
-    arms = [Arm(a["label"], a["config"], tuple(a["overrides"])) for a in plan["arms"]]
-    return arms, plan["seeds"], plan["overrides"]
+    record = json.loads(path.read_text())
+    arms = [Arm(a["label"], a["config"], tuple(a["overrides"])) for a in record["arms"]]
+    budget = Budget(**record["budget"]) if record.get("budget") else None
+    return Plan(arms, record["seeds"], record["overrides"], budget)

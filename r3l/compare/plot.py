@@ -1,6 +1,7 @@
-"""The comparison's plot. Held-out success before and after training per config, as a dumbbell (two markers
-with their 95% Wilson intervals, seeds pooled; never a line over training steps, which two evaluations cannot
-show); and, where runs evaluated during training (`eval.every`), the curve through those real evaluations."""
+"""The comparison's plot. Held-out success before and after training per arm, as a dumbbell (two markers with
+their 95% intervals over seeds and problems, each seed's final value beside; never a line over training steps,
+which two evaluations cannot show); and, where runs evaluated during training (`eval.every`), the curve through
+those real evaluations, against training steps, generated tokens or seconds (arms at equal cost side by side)."""
 
 from __future__ import annotations
 
@@ -12,53 +13,73 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r3l.compare.stats import Counts, estimate, pooled, pooled_before
-from r3l.compare.summary import RunResult
+from r3l.compare.stats import Estimate, seed_level_interval
+from r3l.compare.summary import MEASURES, RunResult
+from r3l.compare.table import arms, before_estimate, outcome_table
 
-Estimate = tuple[float, float, float]  # (success, low, high); low and high NaN when the counts are unknown
+X_LABELS = {"steps": "training step", "tokens": "generated tokens (cumulative)", "seconds": "wall seconds (cumulative)"}
 
 
 @dataclass
 class Dumbbell:
     before: Estimate | None
     after: Estimate | None
-    per_seed: list[float] = field(default_factory=list)  # each finished seed's success after training
+    per_seed: list[float] = field(default_factory=list)  # each finished seed's value after training
     steps: int = 0
 
 
 def dumbbells(results: Sequence[RunResult]) -> dict[str, Dumbbell]:
-    """Per config, over its finished seeds: success before and after training (pooled, 95% Wilson); for a config
-    whose runs tried twice (R3's evaluations), a second entry "<label>, 2nd try" for the try after a reflection."""
+    """Per arm with finished runs, before and after training over its seeds; an arm whose runs tried twice
+    gets an entry per try ("<label>, 2nd try after a reflection", ...)."""
     out: dict[str, Dumbbell] = {}
-    for label in dict.fromkeys(r.label for r in results):
-        runs = [r for r in results if r.label == label and r.final is not None]
-        steps = max((r.steps for r in runs), default=0)
-        out[label] = dumbbell(
-            [(r.before, r.before_counts) for r in runs], [(r.final, r.final_counts) for r in runs], steps
-        )
-        if any(r.second_final is not None for r in runs):
-            out[f"{label}, 2nd try"] = dumbbell(
-                [(r.second_before, r.second_before_counts) for r in runs],
-                [(r.second_final, r.second_final_counts) for r in runs],
-                steps,
+    for arm in arms(results):
+        if not arm.runs:
+            continue
+        for measure in arm.measures():
+            after = arm.table(measure)
+            before, _, _ = before_estimate(arm, measure)
+            name = arm.label if measure == "first" else f"{arm.label}, {MEASURES[measure]}"
+            out[name] = Dumbbell(
+                before,
+                seed_level_interval(after[0]) if after else None,
+                [value for r in arm.runs if (value := r.final(measure)) is not None],
+                max(r.steps for r in arm.runs),
             )
     return out
 
 
-def dumbbell(
-    befores: Sequence[tuple[float | None, Counts | None]],
-    afters: Sequence[tuple[float | None, Counts | None]],
-    steps: int,
-) -> Dumbbell:
-    """Before and after, each pooled over the runs that have it."""
-    before = [(value, counts) for value, counts in befores if value is not None]
-    after = [(value, counts) for value, counts in afters if value is not None]
-    return Dumbbell(
-        estimate([v for v, _ in before], [c for _, c in before], pooled_before),
-        estimate([v for v, _ in after], [c for _, c in after], pooled),
-        [v for v, _ in after],
-        steps,
-    )
+def curves(results: Sequence[RunResult], x: str = "steps") -> dict[str, list[tuple[float, float, float, float, int]]]:
+    """Per arm whose runs evaluated during training: (x, mean, low, high, seeds) at each step any of its runs
+    evaluated at, before and after included; the interval over seeds and problems where every seed there has its
+    evaluation problem by problem, the x the mean of the seeds' cost at that step. Arms without an evaluation
+    during training have no curve (before and after alone are no curve)."""
+    by_arm: dict[str, dict[int, list[tuple[RunResult, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for result in results:
+        if not result.intermediate():
+            continue
+        for point in result.curve:
+            by_arm[result.label][point.step].append((result, point))
+    out = {}
+    for label, steps in by_arm.items():
+        points = []
+        for step, found in sorted(steps.items()):
+            values = [p.value for _, p in found]
+            tables = [r.evaluations[step].outcomes.get("first") for r, _ in found if step in r.evaluations]
+            estimate = _estimate(tables, step == 0) if len(tables) == len(found) and all(tables) else None
+            low, high = (estimate.low, estimate.high) if estimate else (math.nan, math.nan)
+            where = sum(getattr(p, x) if x != "steps" else p.step for _, p in found) / len(found)
+            points.append((where, sum(values) / len(values), low, high, len(found)))
+        out[label] = points
+    return out
+
+
+def _estimate(per_seed: list, untrained: bool) -> Estimate | None:
+    table, problems = outcome_table(per_seed)
+    if not problems:
+        return None
+    if untrained and all(seed == per_seed[0] for seed in per_seed):
+        return seed_level_interval(table[:1], fixed_model=True)
+    return seed_level_interval(table)
 
 
 def wrapped(label: str, width: int) -> str:
@@ -79,55 +100,24 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def curves(results: Sequence[RunResult]) -> dict[str, list[tuple[int, float, float, float, int]]]:
-    """Per config whose runs evaluated during training: (step, success, low, high, seeds) at each step any of
-    its runs evaluated at, the evaluations before and after included; pooled over the seeds that evaluated
-    there. Configs without an evaluation during training have no curve (before and after alone are no curve)."""
-    by_label: dict[str, dict[int, list[tuple[float, Counts | None]]]] = defaultdict(lambda: defaultdict(list))
-    for result in results:
-        if not result.intermediate():
-            continue
-        for step, value in result.curve:
-            by_label[result.label][step].append((value, result.counts.get(step)))
-    out = {}
-    for label, steps in by_label.items():
-        points = []
-        for step, evaluations in sorted(steps.items()):
-            point = estimate(
-                [v for v, _ in evaluations], [c for _, c in evaluations], pooled_before if step == 0 else pooled
-            )
-            assert point is not None  # there is an evaluation at every step listed
-            points.append((step, *point, len(evaluations)))
-        out[label] = points
-    return out
-
-
-def plot(results: Sequence[RunResult], path: Path) -> Path:
-    figure(results).savefig(path, dpi=120)
+def plot(results: Sequence[RunResult], path: Path, x: str = "steps", metric: str = "success") -> Path:
+    figure(results, x, metric).savefig(path, dpi=120)
     return path
 
 
-def figure(results: Sequence[RunResult]) -> Any:
-    """The dumbbell panel, and beside it the curve panel when a config evaluated during training."""
-    from matplotlib.figure import Figure
+def _dumbbell_panel(ax, bells: dict[str, Dumbbell], colours: dict[str, str], metric: str) -> None:
     from matplotlib.lines import Line2D
 
-    bells, lines = dumbbells(results), curves(results)
-    fig = Figure(figsize=(12.5 if lines else 7.5, 4.8), layout="constrained")
-    axes = fig.subplots(1, 2 if lines else 1, squeeze=False)[0]
-    colours = {label: f"C{i}" for i, label in enumerate(bells)}
-
-    ax = axes[0]
-    for x, (label, bell) in enumerate(bells.items()):
+    for position, (label, bell) in enumerate(bells.items()):
         colour = colours[label]
-        for at, point, face in [(x - 0.15, bell.before, "white"), (x + 0.15, bell.after, colour)]:
+        for at, point, face in [(position - 0.15, bell.before, "white"), (position + 0.15, bell.after, colour)]:
             if point is None:
                 continue
-            centre, low, high = point
-            error = [[centre - low], [high - centre]] if math.isfinite(low) else None
+            known = math.isfinite(point.low)
+            error = [[point.mean - point.low], [point.high - point.mean]] if known else None
             ax.errorbar(
                 [at],
-                [centre],
+                [point.mean],
                 yerr=error,
                 fmt="o",
                 markersize=8,
@@ -138,8 +128,8 @@ def figure(results: Sequence[RunResult]) -> Any:
                 zorder=3,
             )
             ax.annotate(
-                f"{centre:.3f}",
-                (at, low if math.isfinite(low) else centre),
+                f"{point.mean:.3f}",
+                (at, max(0.0, point.low) if known else point.mean),
                 textcoords="offset points",
                 xytext=(0, -6),
                 ha="center",
@@ -147,7 +137,7 @@ def figure(results: Sequence[RunResult]) -> Any:
                 fontsize="small",
             )
         ax.plot(
-            [x + 0.3] * len(bell.per_seed),
+            [position + 0.3] * len(bell.per_seed),
             bell.per_seed,
             linestyle="none",
             marker="o",
@@ -157,12 +147,11 @@ def figure(results: Sequence[RunResult]) -> Any:
             zorder=4,
         )
         if bell.before is not None and bell.after is not None:
-            top = max(v for e in (bell.before, bell.after) for v in e if math.isfinite(v))
             ax.annotate(
-                f"change {bell.after[0] - bell.before[0]:+.3f}",
-                (x, min(top + 0.03, 0.97)),
+                f"change {bell.after.mean - bell.before.mean:+.3f}",
+                (position, 0.99),
                 ha="center",
-                va="bottom",
+                va="top",
                 fontsize="small",
                 color=colour,
             )
@@ -176,8 +165,10 @@ def figure(results: Sequence[RunResult]) -> Any:
     )
     ax.set_xlim(-0.6, len(bells) - 0.4)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_ylabel("held-out success")
-    ax.set_title("held-out success before and after training\n(95% Wilson interval, seeds pooled)", fontsize="medium")
+    ax.set_ylabel(f"held-out {metric}")
+    ax.set_title(
+        f"held-out {metric} before and after training\n(95% interval over seeds and problems)", fontsize="medium"
+    )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(
         handles=[
@@ -190,20 +181,31 @@ def figure(results: Sequence[RunResult]) -> Any:
             ),
         ],
         fontsize="small",
-        loc="best",
+        loc="lower left",
     )
 
+
+def figure(results: Sequence[RunResult], x: str = "steps", metric: str = "success") -> Any:
+    """The dumbbell panel, and beside it the curve panel when an arm evaluated during training."""
+    from matplotlib.figure import Figure
+
+    bells, lines = dumbbells(results), curves(results, x)
+    fig = Figure(figsize=(12.5 if lines else 7.5, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2 if lines else 1, squeeze=False)[0]
+    colours = {label: f"C{i}" for i, label in enumerate(dict.fromkeys([*bells, *lines]))}
+    _dumbbell_panel(axes[0], bells, colours, metric)
     if lines:
         ax = axes[1]
         for label, points in lines.items():
-            steps = [p[0] for p in points]
-            ax.plot(steps, [p[1] for p in points], marker="o", color=colours[label], label=label)
-            ax.fill_between(steps, [p[2] for p in points], [p[3] for p in points], color=colours[label], alpha=0.2)
+            where = [p[0] for p in points]
+            ax.plot(where, [p[1] for p in points], marker="o", color=colours[label], label=label)
+            if all(math.isfinite(p[2]) for p in points):
+                ax.fill_between(where, [p[2] for p in points], [p[3] for p in points], color=colours[label], alpha=0.2)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("training step")
-        ax.set_ylabel("held-out success")
+        ax.set_xlabel(X_LABELS[x])
+        ax.set_ylabel(f"held-out {metric}")
         ax.set_title(
-            "held-out success at each evaluation during training\n(eval.every; band: 95% Wilson, seeds pooled)",
+            f"held-out {metric} at each evaluation during training\n(eval.every; band: 95% over seeds and problems)",
             fontsize="medium",
         )
         ax.grid(alpha=0.3)

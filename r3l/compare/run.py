@@ -1,16 +1,33 @@
-"""`r3l compare` from start to table: check every config, run what is unfinished, write the table and plot."""
+"""`r3l compare` from start to table: check every config, run what is unfinished (then, with --match-budget, the
+cheaper arms on to the reference's cost), write the tables and the plot."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from r3l.compare.plan import make_arms, plan_runs, read_plan, run_all, write_plan
+from r3l.compare.budget import arms_under_budget, reference_cost
+from r3l.compare.notes import code_note, overlap_counts, overlap_line, settings_note
+from r3l.compare.plan import Budget, Plan, make_arms, plan_runs, read_plan, run_all, write_plan
 from r3l.compare.plot import plot
-from r3l.compare.summary import read_run, table
+from r3l.compare.summary import METRICS, RunResult, read_run
+from r3l.compare.table import tables
 from r3l.errors import UserError
 from r3l.logging import console
+from r3l.provenance import display_path
+
+PLOT_AXES = ("steps", "tokens", "seconds")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the finished runs are read: the metric (success or, where rewards are graded, reward) and the x axis
+    of the plot's during-training panel."""
+
+    metric: str = "success"
+    plot_x: str = "steps"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -28,17 +45,79 @@ def parse_seeds(text: str) -> list[int]:
     return values
 
 
-def check_configs(arms, overrides: Sequence[str]) -> str:
-    """Load every arm's config (a bad one stops here, before any run); all must share one environment."""
+def load_configs(plan: Plan) -> dict:
+    """Every arm's resolved config (a bad one stops here, before any run); all must share one environment."""
     from r3l.config import load_config
 
-    environments = {arm.label: load_config(arm.config, [*arm.overrides, *overrides]).env.name for arm in arms}
+    configs = {arm.label: load_config(arm.config, [*arm.overrides, *plan.overrides]) for arm in plan.arms}
+    environments = {label: config.env.name for label, config in configs.items()}
     if len(set(environments.values())) > 1:
         raise UserError(
             "a comparison runs on one environment; these differ: "
             + ", ".join(f"{label}: {env}" for label, env in environments.items())
         )
-    return next(iter(environments.values()))
+    return configs
+
+
+def relative_out(out: Path) -> Path:
+    """The comparison's folder as the runs will record it: relative to the working directory where it lies
+    under it (so no run writes a path of this machine)."""
+    return Path(display_path(out))
+
+
+def overlap_note(config) -> str:
+    """The held-out/training overlap line of the comparison's environment (as the runs draw their tasks)."""
+    from r3l.build import env_factory
+
+    env = env_factory(config)()
+    try:
+        held_out = list(env.tasks("test"))[: config.eval.size]
+        exact, near, total = overlap_counts(held_out, env.tasks("train"), env.near_duplicate_key)
+        return overlap_line(exact, near, total)
+    finally:
+        getattr(env, "close", lambda: None)()
+
+
+def format_rule(config):
+    """The environment's own rule for a reply that misses its answer format, for evaluations that did not record
+    it (single-turn environments; None otherwise)."""
+    from r3l.build import env_factory
+    from r3l.envs import SingleTurnEnv
+
+    env = env_factory(config)()
+    if isinstance(env, SingleTurnEnv):
+        return env.answer_format_missing
+    getattr(env, "close", lambda: None)()
+    return None
+
+
+def start_plan(
+    names: Sequence[str], overrides: Sequence[str], seeds: str, base: str | None, out: Path | None, budget
+) -> tuple[Plan, Path]:
+    if names:
+        plan = Plan(make_arms(names, base), parse_seeds(seeds), list(overrides), budget)
+        env = load_configs(plan)[plan.arms[0].label].env.name
+        out = out or Path("runs") / f"compare-{env}-{datetime.now():%Y%m%d-%H%M%S}"
+        if (out / "compare.json").exists():
+            earlier = read_plan(out)
+            if not earlier.same_design(plan):
+                raise UserError(
+                    f"{out} holds another comparison; choose another --out, or give no configs to continue the one "
+                    "there"
+                )
+            plan = replace(plan, budget=earlier.budget if budget is None else budget)
+        write_plan(out, plan)
+        return plan, out
+    if out is None:
+        raise UserError(
+            "name the configs to compare (YAML files or algorithm presets), or --out DIR of an "
+            "earlier comparison to continue it"
+        )
+    plan = read_plan(out)
+    if budget is not None and plan.budget != budget and (plan.budget is None or plan.budget.by != budget.by):
+        plan = replace(plan, budget=budget)
+        write_plan(out, plan)
+    return plan, out
 
 
 def run_compare(
@@ -49,30 +128,62 @@ def run_compare(
     out: Path | None,
     parallel: int,
     table_only: bool,
+    *,
+    match_budget: str | None = None,
+    budget_of: str | None = None,
+    reading: Reading = Reading(),
+    allow_code_change: bool = False,
 ) -> tuple[Path, str, int]:
-    """(output folder, the table, how many runs failed)."""
-    if names:
-        arms, seed_list = make_arms(names, base), parse_seeds(seeds)
-        env = check_configs(arms, overrides)
-        out = out or Path("runs") / f"compare-{env}-{datetime.now():%Y%m%d-%H%M%S}"
-        if (out / "compare.json").exists() and read_plan(out) != (arms, seed_list, list(overrides)):
-            raise UserError(
-                f"{out} holds another comparison; choose another --out, or give no configs to continue the one there"
-            )
-        write_plan(out, arms, seed_list, overrides)
-    elif out is not None:
-        arms, seed_list, overrides = read_plan(out)
-        check_configs(arms, overrides)
-    else:
-        raise UserError(
-            "name the configs to compare (YAML files or algorithm presets), or --out DIR of an "
-            "earlier comparison to continue it"
-        )
-    specs = plan_runs(arms, seed_list, out)
-    failed = [] if table_only else run_all(specs, overrides, parallel, lambda line: console.print(line))
-    results = [read_run(spec) for spec in specs]
-    markdown, csv = table(results)
+    """(output folder, the tables, how many runs failed)."""
+    if match_budget is not None and match_budget not in ("tokens", "seconds"):
+        raise UserError(f"--match-budget {match_budget}: use tokens or seconds")
+    if reading.metric not in METRICS:
+        raise UserError(f"--metric {reading.metric}: use one of {', '.join(METRICS)}")
+    if reading.plot_x not in PLOT_AXES:
+        raise UserError(f"--plot-x {reading.plot_x}: use one of {', '.join(PLOT_AXES)}")
+    if budget_of is not None and match_budget is None:
+        raise UserError("--budget-of names the arm whose cost the others match; give --match-budget tokens|seconds")
+    budget = Budget(match_budget, budget_of) if match_budget else None
+    plan, out = start_plan(names, overrides, seeds, base, out, budget)
+    out = relative_out(out)
+    configs = load_configs(plan)
+    first = configs[plan.arms[0].label]
+    rule = format_rule(first)
+
+    def read(specs) -> list[RunResult]:
+        return [read_run(spec, reading.metric, rule) for spec in specs]
+
+    def run(specs) -> list:
+        return [] if table_only else run_all(specs, plan.overrides, parallel, console.print, allow_code_change)
+
+    specs = plan_runs(plan.arms, plan.seeds, out)
+    failed = run(specs)
+    results = read(specs)
+    if plan.budget is not None and not failed:
+        budget = plan.budget
+        if budget.target is None:
+            reference, target = reference_cost(results, budget)
+            budget = replace(budget, target=target, reference=reference)
+            plan = replace(plan, budget=budget)
+            write_plan(out, plan)
+        steps = {label: (config.train.steps, config.eval.every) for label, config in configs.items()}
+        extra = plan_runs(arms_under_budget(plan.arms, results, budget, steps), plan.seeds, out)
+        failed += run(extra)
+        results += read(extra)
+    notes = [overlap_note(first), settings_note(results), code_note(results)]
+    if plan.budget is not None and plan.budget.target is not None:
+        notes.insert(0, budget_note(plan.budget))
+    markdown, csv = tables(results, notes)
     (out / "compare.md").write_text(markdown)
     (out / "compare.csv").write_text(csv)
-    plot(results, out / "compare.png")
+    plot(results, out / "compare.png", reading.plot_x, reading.metric)
     return out, markdown, len(failed)
+
+
+def budget_note(budget: Budget) -> str:
+    unit = "generated tokens" if budget.by == "tokens" else "seconds"
+    return (
+        f"Equal budget: arms marked @{budget.by} are the cheaper arms run again, on until each run spent "
+        f"{budget.target:.0f} {unit} (the mean of {budget.reference}'s runs), evaluated at least every as many "
+        "steps as their equal-steps run took."
+    )

@@ -1,190 +1,205 @@
-"""What finished runs of a comparison measured, and the table of it (one row per config)."""
+"""What a finished run of a comparison measured, read from its folder: each held-out evaluation problem by
+problem, what the run cost (every session, redone steps and setup included), its curve and its settings."""
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from r3l.compare.plan import RunSpec
-from r3l.compare.stats import Counts, estimate, pooled, pooled_before
+import yaml
 
-METRIC = "eval/success"
-INTERVAL_NOTE = (
-    "Intervals: 95% Wilson score intervals on the held-out successes pooled over seeds. The seeds share "
-    "one held-out task set, so an interval reflects the tasks drawn, not the spread between seeds (see "
-    "per seed). Before: every seed starts from the same model; identical evaluations count once."
-)
+from r3l.compare.plan import RunSpec
+from r3l.provenance import sessions
+
+# The columns of an evaluation: the first try; where the run tried twice (eval.attempts=2), R3's second try after
+# a reflection and its control, the second try after the verdict alone. A failure's second try replaces its first.
+MEASURES = {
+    "first": "1st try",
+    "second": "2nd try after a reflection",
+    "verdict_only": "2nd try after the verdict alone",
+}
+METRICS = ("success", "reward")
+
+
+@dataclass
+class Evaluation:
+    """One held-out evaluation: per measure, the outcome of each problem (task id -> 1/0 success, or reward),
+    and the share of replies missing the answer format (None where unknown)."""
+
+    step: int
+    outcomes: dict[str, dict[str, float]]
+    format_missing: dict[str, float | None] = field(default_factory=dict)
+
+    def mean(self, measure: str = "first") -> float | None:
+        values = self.outcomes.get(measure)
+        return sum(values.values()) / len(values) if values else None
+
+
+@dataclass
+class Cost:
+    """What a run spent over all its sessions: tokens generated for training (R3's failure set included),
+    seconds of steps, evaluations and setup, and step records (a step redone after a resume counts again)."""
+
+    generated_tokens: float = 0.0
+    seconds: float = 0.0
+    step_records: int = 0
+    setup_tokens: float = 0.0
+    setup_seconds: float = 0.0
+
+    def of(self, by: str) -> float:
+        return self.generated_tokens if by == "tokens" else self.seconds
+
+
+@dataclass
+class CurvePoint:
+    step: int
+    value: float  # the metric's held-out mean (first try)
+    tokens: float  # generated tokens spent up to this evaluation
+    seconds: float  # seconds spent up to it, the evaluation included
 
 
 @dataclass
 class RunResult:
     label: str
     seed: int
-    final: float | None  # held-out success after training (None: the run has not finished)
+    finished: bool = False
     steps: int = 0
-    seconds: float = 0.0
-    generated_tokens: float = 0.0
-    trained_tokens: float = 0.0
-    curve: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out success), every evaluation
-    final_counts: Counts | None = None  # (successes, tasks) of the evaluation after training
-    before: float | None = None  # held-out success before training
-    before_counts: Counts | None = None
-    counts: dict[int, Counts] = field(default_factory=dict)  # step -> (successes, tasks), from eval_*.json
-    # R3's second try after a reflection (runs evaluated with eval.attempts=2), before and after training
-    second_before: float | None = None
-    second_before_counts: Counts | None = None
-    second_final: float | None = None
-    second_final_counts: Counts | None = None
+    evaluations: dict[int, Evaluation] = field(default_factory=dict)  # step -> evaluation; 0 is before training
+    cost: Cost = field(default_factory=Cost)
+    curve: list[CurvePoint] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # the resolved config, flattened to dotted keys
+    code: list[str] = field(default_factory=list)  # source hashes of the code each session ran
+    stopped_by_budget: bool = False
 
-    def intermediate(self) -> list[tuple[int, float]]:
+    @property
+    def before(self) -> Evaluation | None:
+        return self.evaluations.get(0)
+
+    @property
+    def after(self) -> Evaluation | None:
+        return self.evaluations.get(self.steps) if self.finished and self.steps else None
+
+    def final(self, measure: str = "first") -> float | None:
+        return self.after.mean(measure) if self.after else None
+
+    def intermediate(self) -> list[CurvePoint]:
         """The evaluations during training (`eval.every`), neither the one before (step 0) nor the one after."""
-        points = [(step, value) for step, value in self.curve if step > 0]
-        if self.final is not None and points and points[-1][0] == self.steps:
-            points = points[:-1]
-        return points
+        return [p for p in self.curve if p.step > 0 and not (self.finished and p.step == self.steps)]
 
 
-def eval_counts(record: dict[str, Any]) -> Counts | None:
-    """(successes, tasks) of an evaluation record or summary (first attempt when it has two); None if absent."""
-    first = record.get("first_try")
-    successes = (first or record).get("successes")
-    total = record.get("total")
-    if isinstance(successes, bool) or not isinstance(successes, int) or not isinstance(total, int):
-        return None
-    return successes, total
+FormatRule = Callable[[str], "bool | None"]
 
 
-def _success(record: dict[str, Any]) -> float | None:
-    return (record.get("first_try") or record).get("success")
+def _outcome(sample: dict[str, Any], prefix: str, metric: str) -> float | None:
+    """A sample's outcome: its reward where asked and recorded, else its success (R3's tries record success)."""
+    if metric == "reward" and not prefix and isinstance(sample.get("reward"), (int, float)):
+        return float(sample["reward"])
+    success = sample.get(f"{prefix}success")
+    return None if success is None else float(bool(success))
 
 
-def second_try(record: dict[str, Any]) -> tuple[float | None, Counts | None]:
-    """(success, (successes, tasks)) of an evaluation's second try after a reflection; (None, None) without one."""
-    second, total = record.get("second_try") or {}, record.get("total")
-    successes = second.get("successes")
-    counts = (successes, total) if isinstance(successes, int) and isinstance(total, int) else None
-    return second.get("success"), counts
+def evaluation(record: dict[str, Any], metric: str = "success", format_rule: FormatRule | None = None) -> Evaluation:
+    """An eval_*.json record, problem by problem. A failure's second try (either kind) replaces its first; a
+    problem solved at once keeps its first. Format shares are those the evaluation recorded, or, for records
+    made before it did, `format_rule` applied to the stored replies."""
+    samples = record.get("samples") or []
+    two_tries = any("first_success" in s for s in samples)
+    outcomes: dict[str, dict[str, float]] = {}
+    missing: dict[str, list[bool | None]] = {}
+    for sample in samples:
+        task = str(sample["task_id"])
+        first = _outcome(sample, "first_" if two_tries else "", metric)
+        if first is None:
+            continue
+        outcomes.setdefault("first", {})[task] = first
+        reply = sample.get("first_attempt" if two_tries else "completion")
+        missing.setdefault("first", []).append(
+            _format_missing(sample, "first_" if two_tries else "", reply, format_rule)
+        )
+        if not two_tries:
+            continue
+        for measure, prefix, text in (
+            ("second", "second_", "second_attempt"),
+            ("verdict_only", "verdict_only_", "verdict_only_attempt"),
+        ):
+            if measure == "verdict_only" and "second_try_verdict_only" not in record:
+                continue
+            if first:
+                outcomes.setdefault(measure, {})[task] = first
+                continue
+            value = _outcome(sample, prefix, metric)
+            outcomes.setdefault(measure, {})[task] = 0.0 if value is None else value
+            if sample.get(text) is not None:
+                missing.setdefault(measure, []).append(_format_missing(sample, prefix, sample[text], format_rule))
+    shares = {}
+    for measure, flags in missing.items():
+        known = [flag for flag in flags if flag is not None]
+        shares[measure] = sum(known) / len(known) if known else None
+    return Evaluation(int(record.get("step", 0)), outcomes, shares)
 
 
-def read_run(spec: RunSpec) -> RunResult:
-    """From the run's summary.json, eval_*.json and metrics.jsonl (every session of it, resumes included)."""
-    result = RunResult(spec.arm.label, spec.seed, None)
-    summary = spec.directory / "summary.json"
-    if summary.exists():
-        data = json.loads(summary.read_text())
-        after, before = data.get("eval_after") or {}, data.get("eval_before") or {}
-        result.final, result.final_counts = _success(after), eval_counts(after)
-        result.before, result.before_counts = _success(before), eval_counts(before)
-        result.second_final, result.second_final_counts = second_try(after)
-        result.second_before, result.second_before_counts = second_try(before)
-    for path in sorted(spec.directory.glob("eval_*.json")):  # before, after and every intermediate evaluation
+def _format_missing(sample: dict[str, Any], prefix: str, reply: Any, rule: FormatRule | None) -> bool | None:
+    recorded = sample.get(f"{prefix}format_missing")
+    if recorded is not None:
+        return bool(recorded)
+    return rule(reply) if rule is not None and isinstance(reply, str) else None
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'train': {'lr': 1e-6}} -> {'train.lr': 1e-6}; lists and values stay as they are."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))  # an empty mapping is no setting
+        else:
+            flat[name] = value
+    return flat
+
+
+def read_run(spec: RunSpec, metric: str = "success", format_rule: FormatRule | None = None) -> RunResult:
+    """From the run's summary.json, eval_*.json, metrics.jsonl (every session of it) and config.yaml."""
+    result = RunResult(spec.arm.label, spec.seed)
+    folder = spec.directory
+    summary_path = folder / "summary.json"
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        result.finished, result.steps = True, int(summary.get("step", 0))
+        result.stopped_by_budget = bool(summary.get("stopped_by_budget"))
+    for path in sorted(folder.glob("eval_*.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        counts, step = eval_counts(record), record.get("step")
-        if counts is not None and isinstance(step, int):
-            result.counts[step] = counts
-        if path.stem == "eval_before" and result.before is None:  # an unfinished run has no summary yet
-            result.before, result.before_counts = _success(record), counts
-    metrics = spec.directory / "metrics.jsonl"
-    latest: dict[tuple[int, bool], dict] = {}  # a resume after a crash repeats the steps since its checkpoint
-    for line in metrics.read_text().splitlines() if metrics.exists() else []:
-        record = json.loads(line)
-        latest[(record["step"], "step_seconds" in record)] = record
-    for (_, is_step), record in sorted(latest.items(), key=lambda item: item[0]):
-        if is_step:
-            result.steps = max(result.steps, record["step"])
-            result.seconds += record["step_seconds"]
-            result.generated_tokens += record.get("generated_tokens") or 0.0
-            result.trained_tokens += record.get("trained_tokens") or 0.0
-        if record.get(METRIC) is not None:
-            result.seconds += record.get("eval/seconds") or 0.0
-            result.curve.append((record["step"], record[METRIC]))
+        if isinstance(record.get("step"), int):
+            result.evaluations[record["step"]] = evaluation(record, metric, format_rule)
+    _read_metrics(folder / "metrics.jsonl", result, metric)
+    config = folder / "config.yaml"
+    if config.exists():
+        result.settings = flatten(yaml.safe_load(config.read_text()) or {})
+    result.code = list(dict.fromkeys(s["source_hash"] for s in sessions(folder) if s.get("source_hash")))
     return result
 
 
-def _cells(values: list[float | None], counts: list[Counts | None], pool) -> tuple[str, str]:
-    """(success, interval) cells: pooled counts with their Wilson interval; without the counts of every run,
-    the mean success and no interval."""
-    known = [v for v in values if v is not None]
-    result = estimate(known, counts if len(known) == len(values) else [None], pool)
-    if result is None:
-        return "-", "-"
-    centre, low, high = result
-    return f"{centre:.3f}", (f"[{low:.3f}, {high:.3f}]" if math.isfinite(low) else "-")
-
-
-def table(results: Sequence[RunResult]) -> tuple[str, str]:
-    """(Markdown, CSV): per config, held-out success before and after training over the finished seeds, each
-    with its 95% Wilson interval on the successes pooled over seeds (where any run tried twice, R3's second
-    try after a reflection as well; '-' for runs that tried once), then steps, wall time and tokens (means
-    over seeds)."""
-    labels = list(dict.fromkeys(r.label for r in results))
-    header = [
-        "config",
-        "seeds",
-        "before",
-        "before: 95% Wilson",
-        "after: held-out success (seeds pooled)",
-        "after: 95% Wilson (seeds pooled)",
-        "per seed (after)",
-        "steps",
-        "wall time (min)",
-        "generated tokens",
-        "trained tokens",
-    ]
-    two_tries = any(r.second_final is not None for r in results)  # R3's evaluations: the second try too
-    if two_tries:
-        header[6:6] = ["before: 2nd try", "after: 2nd try (seeds pooled)", "after: 2nd try, 95% Wilson"]
-    rows = []
-    for label in labels:
-        runs = [r for r in results if r.label == label and r.final is not None]
-        if not runs:
-            rows.append([label, "0", *["-"] * (len(header) - 2)])
-            continue
-        count = len(runs)
-        second: list[str] = []
-        if two_tries:
-            before_cell, _ = _cells(
-                [r.second_before for r in runs], [r.second_before_counts for r in runs], pooled_before
-            )
-            second = [
-                before_cell,
-                *_cells([r.second_final for r in runs], [r.second_final_counts for r in runs], pooled),
-            ]
-        rows.append(
-            [
-                label,
-                str(count),
-                *_cells([r.before for r in runs], [r.before_counts for r in runs], pooled_before),
-                *_cells([r.final for r in runs], [r.final_counts for r in runs], pooled),
-                *second,
-                " ".join(f"{r.final:.2f}" for r in runs),
-                f"{sum(r.steps for r in runs) / count:.0f}",
-                f"{sum(r.seconds for r in runs) / count / 60:.1f}",
-                f"{sum(r.generated_tokens for r in runs) / count:.0f}",
-                f"{sum(r.trained_tokens for r in runs) / count:.0f}",
-            ]
-        )
-    markdown = (
-        "\n".join(
-            [
-                "| " + " | ".join(header) + " |",
-                "|" + "---|" * len(header),
-                *["| " + " | ".join(row) + " |" for row in rows],
-            ]
-        )
-        + "\n\n"
-        + INTERVAL_NOTE
-        + "\n"
-    )
-    csv = "\n".join(",".join(_csv_cell(cell) for cell in row) for row in [header, *rows]) + "\n"
-    return markdown, csv
-
-
-def _csv_cell(cell: str) -> str:
-    return f'"{cell}"' if any(c in cell for c in ", :()") else cell
+def _read_metrics(path: Path, result: RunResult, metric: str) -> None:
+    """Cost over every line (a resume after a crash repeats the steps since its checkpoint, and they cost again);
+    the curve from the latest evaluation at each step, at the cost spent when it was made."""
+    cost, key = result.cost, f"eval/{metric}"
+    points: dict[int, CurvePoint] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        record = json.loads(line)
+        if "step_seconds" in record:
+            cost.step_records += 1
+            cost.seconds += record["step_seconds"]
+            result.steps = max(result.steps, record["step"]) if not result.finished else result.steps
+        cost.generated_tokens += (record.get("generated_tokens") or 0.0) + (record.get("setup_generated_tokens") or 0.0)
+        cost.setup_tokens += record.get("setup_generated_tokens") or 0.0
+        cost.setup_seconds += record.get("setup_seconds") or 0.0
+        cost.seconds += (record.get("eval/seconds") or 0.0) + (record.get("setup_seconds") or 0.0)
+        value = record.get(key, record.get("eval/success"))
+        if value is not None:
+            points[record["step"]] = CurvePoint(record["step"], value, cost.generated_tokens, cost.seconds)
+    result.curve = [points[step] for step in sorted(points)]

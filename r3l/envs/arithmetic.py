@@ -10,12 +10,14 @@ every instance made with the same settings, so making an environment per batch s
 from __future__ import annotations
 
 import random
+import re
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, ClassVar, overload
 
 from r3l.envs import register
+from r3l.envs.answer import extract_tagged
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.reply_grammar import NUMBER, answer_constraint
 from r3l.envs.safe_math import ExpressionError, evaluate
@@ -137,6 +139,16 @@ class ReasoningGymEnv(SingleTurnEnv):
         """Items with equal keys are the same task (kept once, in one split only)."""
         return item["question"]
 
+    def near_duplicate_key(self, task: Task) -> Hashable:
+        """The numbers and operator signs of the question, each sorted, and the answer: '12 + 7 * 3' and
+        '7 * 3 + 12' are one problem to a model that has seen either."""
+        question = str(task.data.get("question", task.prompt))
+        return (
+            tuple(sorted(re.findall(r"\d+(?:\.\d+)?", question))),
+            tuple(sorted(re.findall(r"[-+*/×÷−]", question))),
+            str(task.answer),
+        )
+
     def to_task(self, item: Item, split: str, position: int) -> Task:
         return Task(
             id=f"{self.name}-{split}-{position}",
@@ -190,6 +202,9 @@ class _TaggedAnswerEnv(ReasoningGymEnv):
 
     def reply_constraint(self, reply):
         return answer_constraint("answer", NUMBER, reply)
+
+    def answer_format_missing(self, reply: str) -> bool | None:
+        return extract_tagged(reply) is None
 
 
 @register("arithmetic")

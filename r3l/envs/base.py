@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -80,6 +80,16 @@ class Env(ABC):
     def reply_constraint(self, reply: ReplyFormat) -> Constraint | None:
         """What the next reply may be under structured decoding (None: free), e.g. one of the admissible
         actions now; called after `reset` or `step`."""
+        return None
+
+    def near_duplicate_key(self, task: Task) -> Hashable:
+        """Tasks with equal keys are the same problem written another way, as a held-out/training overlap check
+        counts them; here the prompt with case and spacing ignored, finer in environments that know their tasks."""
+        return " ".join(task.prompt.lower().split())
+
+    def answer_format_missing(self, reply: str) -> bool | None:
+        """Whether `reply` lacks the answer format this environment asks for (its answer tags, say), so that a
+        gain in format can be told from a gain in value; None where the environment asks for no format."""
         return None
 
     def abort(self) -> None:

@@ -35,6 +35,7 @@ class StrategySettings(BaseModel):
 
 class Strategy(ABC):
     Settings: ClassVar[type[StrategySettings]] = StrategySettings
+    setup_generated_tokens: float = 0.0  # tokens the last `training_tasks` call generated (R3's failure set)
 
     def __init__(self, context: ExploreContext, **settings: Any):
         self.context = context

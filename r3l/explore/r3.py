@@ -82,6 +82,7 @@ class R3Strategy(Strategy):
             limits=c.limits,
         )
         self.failure_counts = {**failures.counts(), "failure_set/builds": float(build + 1)}
+        self.setup_generated_tokens = float(failures.generated_tokens)
         if not failures.tasks:
             raise UserError(
                 f"the model solved all {failures.tried} queries tried, so R3 has no failures to learn from; "

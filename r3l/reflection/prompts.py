@@ -29,19 +29,38 @@ class ReflectionPrompts:
     reflect: str
     retry: str
     include_feedback: bool = False
+    verdict_retry: str = ""  # the control's message: the verdict and the request to try again, no reflection
 
     @classmethod
     def load(
-        cls, reflect_path: str | None = None, retry_path: str | None = None, include_feedback: bool = False
+        cls,
+        reflect_path: str | None = None,
+        retry_path: str | None = None,
+        include_feedback: bool = False,
+        verdict_retry_path: str | None = None,
     ) -> ReflectionPrompts:
         return cls(
-            read_template(reflect_path, "r3_reflect.txt"), read_template(retry_path, "r3_retry.txt"), include_feedback
+            read_template(reflect_path, "r3_reflect.txt"),
+            read_template(retry_path, "r3_retry.txt"),
+            include_feedback,
+            read_template(verdict_retry_path, "r3_verdict_retry.txt"),
         )
 
     def retry_message(self, task_message: str, system_message: str | None = None) -> str:
-        text = self.retry.replace("{system}", (system_message or "").strip()).replace("{task}", task_message.strip())
-        return "\n".join(line.rstrip() for line in text.splitlines()).strip()
+        return _filled(self.retry, task_message, system_message)
 
     def reflect_message(self, feedback: str) -> str:
-        detail = f" {feedback.strip()}" if self.include_feedback and feedback.strip() else ""
-        return self.reflect.replace("{feedback}", detail)
+        return self.reflect.replace("{feedback}", self._feedback(feedback))
+
+    def verdict_retry_message(self, feedback: str, task_message: str, system_message: str | None = None) -> str:
+        """The verdict (with the feedback where the reflection would get it) and the request to answer again,
+        asked as the retry after a reflection asks it."""
+        return _filled(self.verdict_retry.replace("{feedback}", self._feedback(feedback)), task_message, system_message)
+
+    def _feedback(self, feedback: str) -> str:
+        return f" {feedback.strip()}" if self.include_feedback and feedback.strip() else ""
+
+
+def _filled(template: str, task_message: str, system_message: str | None) -> str:
+    text = template.replace("{system}", (system_message or "").strip()).replace("{task}", task_message.strip())
+    return "\n".join(line.rstrip() for line in text.splitlines()).strip()

@@ -102,29 +102,73 @@ def reflect_and_retry(
             span = retry.add_assistant(reflection, trained=True)
             retry.add_user(retry_message)
             pending.append((failure, retry, reflection, span))
+    seconds = second_attempts(
+        [p[0] for p in pending], [p[1] for p in pending], make_env, generator, retry_params, limits
+    )
+    results: list[list[Retry]] = [[] for _ in failures]
+    position = {id(f): i for i, f in enumerate(failures)}
+    for (failure, conversation, reflection, span), (second, verdict, copied) in zip(pending, seconds):
+        second_span = conversation.add_assistant(second, trained=train_second_attempt)
+        results[position[id(failure)]].append(
+            Retry(failure, conversation, reflection, span, second, second_span, verdict, copied)
+        )
+    return results
+
+
+def second_attempts(
+    failures: Sequence[Attempt],
+    conversations: Sequence[TokenConversation],
+    make_env: Callable[[], Env],
+    generator: Generator,
+    params: SamplingParams,
+    limits: AgentLimits,
+) -> list[tuple[Completion, Verdict, bool]]:
+    """One more attempt at each failure's task, asked at the end of its conversation (under the environment's
+    reply grammar when `limits.structured` is set): (completion, verdict, whether it copies the prompt)."""
     env = make_env()
     constraints = None
     if limits.structured is not None:
         constraints = []
-        for failure, *_ in pending:
+        for failure in failures:
             env.reset(failure.task)
             constraints.append(env.reply_constraint(limits.structured))
-    seconds = generator.generate([p[1].tokens for p in pending], retry_params, n=1, constraints=constraints)
-    results: list[list[Retry]] = [[] for _ in failures]
-    position = {id(f): i for i, f in enumerate(failures)}
-    for (failure, conversation, reflection, span), (second,) in zip(pending, seconds):
-        second_span = conversation.add_assistant(second, trained=train_second_attempt)
-        verdict = judge(env, failure.task, second.text)
-        results[position[id(failure)]].append(
-            Retry(
-                failure,
-                conversation,
-                reflection,
-                span,
-                second,
-                second_span,
-                verdict,
-                watched_copy(env, failure.task.prompt, second.text),
-            )
-        )
+    completions = generator.generate([c.tokens for c in conversations], params, n=1, constraints=constraints)
+    return [
+        (second, judge(env, failure.task, second.text), watched_copy(env, failure.task.prompt, second.text))
+        for failure, (second,) in zip(failures, completions)
+    ]
+
+
+@dataclass
+class VerdictRetry:
+    """The control of a reflection: a second attempt asked right after the verdict, with no reflection between."""
+
+    failure: Attempt
+    conversation: TokenConversation  # prompt, first attempt, verdict and the request to try again, second attempt
+    second: Completion
+    verdict: Verdict
+    copied_prompt: bool = False
+
+
+def retry_after_verdict(
+    failures: Sequence[Attempt],
+    make_env: Callable[[], Env],
+    generator: Generator,
+    prompts: ReflectionPrompts,
+    retry_params: SamplingParams,
+    limits: AgentLimits = AgentLimits(),
+) -> list[VerdictRetry]:
+    """The same failures, the same verdict, no reflection: one more attempt each. Beside R3's second try after a
+    reflection it tells the reflection's share of a gain from what asking again alone brings."""
+    conversations = []
+    for failure in failures:
+        conversation = failure.conversation.copy()
+        conversation.add_user(prompts.verdict_retry_message(failure.verdict.feedback, *question_of(failure)))
+        conversations.append(conversation)
+    results = []
+    for failure, conversation, (second, verdict, copied) in zip(
+        failures, conversations, second_attempts(failures, conversations, make_env, generator, retry_params, limits)
+    ):
+        conversation.add_assistant(second, trained=False)
+        results.append(VerdictRetry(failure, conversation, second, verdict, copied))
     return results

@@ -1,0 +1,68 @@
+"""`r3l compare --match-budget`: each arm cheaper than a reference arm is run again, on until it has spent what
+the reference spent (generated tokens or seconds), so a baseline is read at equal steps and at equal cost."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from r3l.compare.plan import Arm, Budget
+from r3l.compare.summary import RunResult
+from r3l.errors import UserError
+
+BUDGET_KEYS = {"tokens": "train.budget_tokens", "seconds": "train.budget_seconds"}
+STEP_CAP_FACTOR = 3  # train.steps of a budget run: this many times the steps its cost per step predicts
+
+
+def mean_cost(runs: Sequence[RunResult], by: str) -> float:
+    return sum(r.cost.of(by) for r in runs) / len(runs)
+
+
+def reference_cost(results: Sequence[RunResult], budget: Budget) -> tuple[str, float]:
+    """(the reference arm, its mean cost per run): `budget.of`, or the costliest arm. Every one of its runs must
+    have finished."""
+    labels = list(dict.fromkeys(r.label for r in results))
+    if budget.of is not None and budget.of not in labels:
+        raise UserError(f"--budget-of {budget.of}: no such arm in this comparison ({', '.join(labels)})")
+    finished = {label: [r for r in results if r.label == label and r.after is not None] for label in labels}
+    candidates = [budget.of] if budget.of is not None else labels
+    unfinished = [label for label in candidates if len(finished[label]) < sum(r.label == label for r in results)]
+    if unfinished:
+        raise UserError(
+            f"--match-budget needs the reference arm finished; unfinished: {', '.join(unfinished)} (run the "
+            "comparison to the end first)"
+        )
+    label = max(candidates, key=lambda name: mean_cost(finished[name], budget.by))
+    return label, mean_cost(finished[label], budget.by)
+
+
+def budget_arm(arm: Arm, runs: Sequence[RunResult], budget: Budget, steps: int, eval_every: int) -> Arm:
+    """`arm` run on to `budget.target`: its own config with the budget, a step cap well past what its cost per
+    step predicts (the budget stops it), and an evaluation at least every `steps` (its equal-steps length), so
+    its curve passes through the point the equal-steps arm ends at."""
+    assert budget.target is not None
+    per_step = mean_cost(runs, budget.by) / max(1, steps)
+    cap = max(steps, math.ceil(STEP_CAP_FACTOR * budget.target / per_step)) if per_step > 0 else steps
+    every = eval_every if 0 < eval_every <= steps else steps
+    value = math.ceil(budget.target) if budget.by == "tokens" else round(budget.target, 1)
+    return Arm(
+        f"{arm.label}@{budget.by}",
+        arm.config,
+        arm.overrides,
+        (f"{BUDGET_KEYS[budget.by]}={value}", f"train.steps={cap}", f"eval.every={every}"),
+    )
+
+
+def arms_under_budget(
+    arms: Sequence[Arm], results: Sequence[RunResult], budget: Budget, steps: dict[str, tuple[int, int]]
+) -> list[Arm]:
+    """The budget arm of every arm whose mean cost is below the target (`steps`: label -> (train.steps,
+    eval.every) of its config)."""
+    assert budget.target is not None
+    out = []
+    for arm in arms:
+        runs = [r for r in results if r.label == arm.label and r.after is not None]
+        if arm.label == budget.reference or not runs or mean_cost(runs, budget.by) >= budget.target:
+            continue
+        out.append(budget_arm(arm, runs, budget, *steps[arm.label]))
+    return out

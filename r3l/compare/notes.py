@@ -1,0 +1,98 @@
+"""The lines under a comparison's table that a reviewer asks for: how the held-out problems overlap the training
+problems, on which settings the runs differ besides their algorithm, and which code they ran."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+from r3l.compare.summary import RunResult
+
+IGNORED_PREFIXES = ("run.", "logging.")  # a run's name, folder and seed, and where it logs, are no difference
+ALGORITHM = "algorithm."
+
+
+def overlap_counts(
+    held_out: Sequence[Any], training: Iterable[Any], key: Callable[[Any], Hashable]
+) -> tuple[int, int, int]:
+    """(held-out tasks whose prompt is a training prompt, held-out tasks whose near-duplicate key is a training
+    task's, held-out tasks): tasks have `.prompt`."""
+    prompts, keys = set(), set()
+    for task in training:
+        prompts.add(task.prompt)
+        keys.add(key(task))
+    exact = sum(task.prompt in prompts for task in held_out)
+    near = sum(key(task) in keys for task in held_out)
+    return exact, near, len(held_out)
+
+
+def overlap_line(exact: int, near: int, total: int) -> str:
+    return (
+        f"Held-out/training overlap: {exact} of {total} held-out problems are a training prompt; {near} of {total} "
+        "are a training problem written another way (the environment's near-duplicate key: for arithmetic, the "
+        "same numbers, operators and answer)."
+    )
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else str(value)
+
+
+def differing_settings(results: Sequence[RunResult], prefix: str = "") -> list[str]:
+    """One line per setting whose value is not the same in every run (run.* and logging.* aside; with `prefix`,
+    only settings under it, else only settings outside algorithm.*): its value per arm, and per seed where an
+    arm's seeds differ. A setting one arm has and another lacks shows 'absent'."""
+    runs = [r for r in results if r.settings]
+
+    def chosen(key: str) -> bool:
+        if key.startswith(IGNORED_PREFIXES):
+            return False
+        return key.startswith(prefix) if prefix else not key.startswith(ALGORITHM)
+
+    keys = sorted({key for r in runs for key in r.settings if chosen(key)})
+    lines = []
+    for key in keys:
+        values = {(r.label, r.seed): r.settings.get(key, "absent") for r in runs}
+        if len({_shown(v) for v in values.values()}) <= 1:
+            continue
+        if prefix and "absent" in values.values():  # a setting of one algorithm only: the algorithm says it
+            continue
+        parts = []
+        for label in dict.fromkeys(r.label for r in runs):
+            seeds = {seed: value for (name, seed), value in values.items() if name == label}
+            shown = {_shown(v) for v in seeds.values()}
+            if len(shown) == 1:
+                parts.append(f"{label} {shown.pop()}")
+            else:
+                parts.append(f"{label} " + ", ".join(f"seed {s}: {_shown(v)}" for s, v in sorted(seeds.items())))
+        lines.append(f"- `{key}`: " + "; ".join(parts))
+    return lines
+
+
+def settings_note(results: Sequence[RunResult]) -> str:
+    lines = differing_settings(results)
+    own = differing_settings(results, ALGORITHM)
+    text = (
+        "Settings on which runs differ besides their algorithm (runs' names, seeds and logging aside):\n"
+        + "\n".join(lines)
+        if lines
+        else "Settings: besides their algorithm and seed, every run has the same settings."
+    )
+    if own:
+        text += "\n\nTheir algorithms differ in (settings every arm has; each algorithm's own settings aside):\n" + (
+            "\n".join(own)
+        )
+    return text
+
+
+def code_note(results: Sequence[RunResult]) -> str:
+    """Which versions of the code the runs ran (source hashes from provenance.jsonl)."""
+    recorded = [r for r in results if r.code]
+    if not recorded:
+        return "Code: the runs recorded no code version (made before provenance.jsonl)."
+    versions = {version for r in recorded for version in r.code}
+    mixed = [f"{r.label} seed {r.seed}" for r in recorded if len(r.code) > 1]
+    line = f"Code: {len(versions)} version(s) of the source across {len(recorded)} run(s) that recorded one"
+    if len(recorded) < len(results):
+        line += f" ({len(results) - len(recorded)} recorded none)"
+    return line + (f"; resumed under other code: {', '.join(mixed)}." if mixed else ".")

@@ -1,0 +1,255 @@
+"""The comparison's tables: per arm, held-out success with its interval over seeds and problems and its change
+from the untrained model; arm against arm; each seed in detail; and what every run cost."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from r3l.compare.stats import Difference, Estimate, difference_interval, seed_level_interval, wilson_interval
+from r3l.compare.summary import MEASURES, Evaluation, RunResult
+
+INTERVAL_NOTE = (
+    "Intervals: 95%, with the seed as the unit: a seeds x problems table of held-out outcomes, its variance "
+    "from the spread between seed means and between problems (docs/DESIGN.md, 'Seeds are the unit'); a change or "
+    "a difference pairs the problems both sides answered, seeds independent between arms. The untrained model is "
+    "one model evaluated greedily (identical on every seed), so it varies with the problems only. Per-seed Wilson "
+    "intervals (below) count the problems alone. Cost: everything a run spent, every session, redone steps, "
+    "R3's failure set and the evaluations included (means per run)."
+)
+
+
+@dataclass
+class ArmRows:
+    """One arm's finished runs, with the problems every one of them answered (in one order)."""
+
+    label: str
+    runs: list[RunResult]
+
+    def measures(self) -> list[str]:
+        return [m for m in MEASURES if all(r.after is not None and m in r.after.outcomes for r in self.runs)]
+
+    def table(self, measure: str, when: str = "after") -> tuple[np.ndarray, list[str]] | None:
+        evaluations = [getattr(r, when) for r in self.runs]
+        if not evaluations or any(e is None or measure not in e.outcomes for e in evaluations):
+            return None
+        return outcome_table([e.outcomes[measure] for e in evaluations])
+
+    def before_is_one_model(self, measure: str) -> bool:
+        """Every seed's evaluation before training gave the same outcome on every problem (greedy decoding of
+        one model): it counts once, as a fixed model."""
+        befores = [r.before.outcomes.get(measure) for r in self.runs if r.before is not None]
+        return len(befores) == len(self.runs) and all(b == befores[0] for b in befores)
+
+
+def outcome_table(per_seed: Sequence[dict[str, float]]) -> tuple[np.ndarray, list[str]]:
+    """Seeds x problems, on the problems every seed answered, in the first seed's order."""
+    common = set.intersection(*(set(outcomes) for outcomes in per_seed))
+    problems = [task for task in per_seed[0] if task in common]
+    return np.array([[outcomes[task] for task in problems] for outcomes in per_seed], dtype=float), problems
+
+
+def arms(results: Sequence[RunResult]) -> list[ArmRows]:
+    labels = list(dict.fromkeys(r.label for r in results))
+    return [ArmRows(label, [r for r in results if r.label == label and r.after is not None]) for label in labels]
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def interval_cell(estimate: Estimate | None, signed: bool = False) -> str:
+    if estimate is None:
+        return "-"
+    centre = f"{estimate.mean:+.3f}" if signed else f"{estimate.mean:.3f}"
+    if not math.isfinite(estimate.low):
+        return f"{centre} (one seed: no interval)"
+    return (
+        f"{centre} [{estimate.low:+.3f}, {estimate.high:+.3f}]"
+        if signed
+        else (f"{centre} [{estimate.low:.3f}, {estimate.high:.3f}]")
+    )
+
+
+def p_cell(difference: Difference | None) -> str:
+    if difference is None or not math.isfinite(difference.p_value):
+        return "-"
+    return "<0.001" if difference.p_value < 0.001 else f"{difference.p_value:.3f}"
+
+
+def before_estimate(arm: ArmRows, measure: str) -> tuple[Estimate | None, np.ndarray | None, bool]:
+    found = arm.table(measure, "before")
+    if found is None:
+        return None, None, False
+    table, _ = found
+    fixed = arm.before_is_one_model(measure)
+    return seed_level_interval(table[:1] if fixed else table, fixed_model=fixed), table[:1] if fixed else table, fixed
+
+
+def change(arm: ArmRows, measure: str) -> Difference | None:
+    """After minus before on the problems both answered; a fixed untrained model varies with the problems only;
+    where the seeds' evaluations before training differ, the seed is the unit on both sides."""
+    after, before = arm.table(measure), arm.table(measure, "before")
+    if after is None or before is None:
+        return None
+    (after_table, after_problems), (before_table, before_problems) = after, before
+    common = [p for p in after_problems if p in set(before_problems)]
+    a = after_table[:, [after_problems.index(p) for p in common]]
+    b = before_table[:, [before_problems.index(p) for p in common]]
+    fixed = arm.before_is_one_model(measure)
+    if fixed:
+        return difference_interval(a, b[:1], second_fixed=True)
+    return seed_level_difference(a - b)
+
+
+def seed_level_difference(table: np.ndarray) -> Difference:
+    """The mean of per-seed, per-problem differences (two measures of the same seeds), seed as the unit."""
+    estimate = seed_level_interval(table)
+    return Difference(estimate.mean, estimate.low, estimate.high, estimate.se, estimate.seeds, estimate.problems)
+
+
+def per_seed_cell(runs: Sequence[RunResult], measure: str) -> str:
+    return " / ".join(fmt(r.final(measure)) for r in runs)
+
+
+def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> list[list[str]]:
+    header = [
+        "arm",
+        "try",
+        "seeds",
+        "steps",
+        "before",
+        "after [95%]",
+        "change [95%]",
+        "p",
+        "per seed (after)",
+        "format missed (after)",
+        "wall min / run",
+        "generated tokens / run",
+    ]
+    rows = [header]
+    for arm in groups:
+        if not arm.runs:
+            unfinished = sum(1 for r in all_results if r.label == arm.label)
+            rows.append([arm.label, "-", f"0 of {unfinished}", *["-"] * (len(header) - 3)])
+            continue
+        count = len(arm.runs)
+        for measure in arm.measures():
+            after = arm.table(measure)
+            estimate = seed_level_interval(after[0]) if after else None
+            before, _, _ = before_estimate(arm, measure)
+            delta = change(arm, measure)
+            missing = [r.after.format_missing.get(measure) for r in arm.runs if r.after is not None]
+            known = [m for m in missing if m is not None]
+            rows.append(
+                [
+                    arm.label,
+                    MEASURES[measure],
+                    str(count),
+                    f"{sum(r.steps for r in arm.runs) / count:.0f}",
+                    fmt(before.mean if before else None),
+                    interval_cell(estimate),
+                    interval_cell(delta, signed=True),
+                    p_cell(delta),
+                    per_seed_cell(arm.runs, measure),
+                    f"{sum(known) / len(known):.0%}" if known else "-",
+                    f"{sum(r.cost.seconds for r in arm.runs) / count / 60:.1f}",
+                    f"{sum(r.cost.generated_tokens for r in arm.runs) / count:.0f}",
+                ]
+            )
+    return rows
+
+
+def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
+    """Every pair of arms on their first try, and within an arm that tried twice, its reflection against the
+    verdict-alone control (the same seeds and problems: per-seed differences)."""
+    rows = [["comparison", "difference [95%]", "p"]]
+    finished = [arm for arm in groups if arm.runs]
+    for first, second in combinations(finished, 2):
+        a, b = first.table("first"), second.table("first")
+        if a is None or b is None:
+            continue
+        (ta, pa), (tb, pb) = a, b
+        common = [p for p in pa if p in set(pb)]
+        if common:
+            difference = difference_interval(ta[:, [pa.index(p) for p in common]], tb[:, [pb.index(p) for p in common]])
+            name = f"{first.label} − {second.label} (1st try)"
+        else:
+            difference = difference_interval(ta, tb, paired_problems=False)
+            name = f"{first.label} − {second.label} (1st try, no shared problems)"
+        rows.append([name, interval_cell(difference, signed=True), p_cell(difference)])
+    for arm in finished:
+        if "verdict_only" in arm.measures():
+            reflection, control = arm.table("second"), arm.table("verdict_only")
+            assert reflection is not None and control is not None
+            if reflection[1] == control[1]:
+                difference = seed_level_difference(reflection[0] - control[0])
+                rows.append(
+                    [
+                        f"{arm.label}: 2nd try after a reflection − after the verdict alone",
+                        interval_cell(difference, signed=True),
+                        p_cell(difference),
+                    ]
+                )
+    return rows
+
+
+def seed_table(groups: Sequence[ArmRows]) -> list[list[str]]:
+    rows = [["arm", "seed", "try", "after", "95% Wilson (problems)", "steps", "step records", "wall min", "tokens"]]
+    for arm in groups:
+        for run in arm.runs:
+            for measure in arm.measures():
+                outcomes = run.after.outcomes[measure] if run.after else {}
+                successes = round(sum(outcomes.values()))
+                low, high = wilson_interval(successes, len(outcomes)) if binary(outcomes) else (math.nan, math.nan)
+                rows.append(
+                    [
+                        arm.label,
+                        str(run.seed),
+                        MEASURES[measure],
+                        fmt(run.final(measure)),
+                        f"[{low:.3f}, {high:.3f}]" if math.isfinite(low) else "-",
+                        str(run.steps) + (" (budget)" if run.stopped_by_budget else ""),
+                        str(run.cost.step_records),
+                        f"{run.cost.seconds / 60:.1f}",
+                        f"{run.cost.generated_tokens:.0f}",
+                    ]
+                )
+    return rows
+
+
+def binary(outcomes: dict[str, float]) -> bool:
+    return all(v in (0.0, 1.0) for v in outcomes.values())
+
+
+def markdown(rows: Sequence[Sequence[str]]) -> str:
+    header, *body = rows
+    return "\n".join(
+        ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *["| " + " | ".join(r) + " |" for r in body]]
+    )
+
+
+def csv(rows: Sequence[Sequence[str]]) -> str:
+    def cell(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',:()"[]') else text
+
+    return "\n".join(",".join(cell(c) for c in row) for row in rows) + "\n"
+
+
+def tables(results: Sequence[RunResult], notes: Sequence[str] = ()) -> tuple[str, str]:
+    """(Markdown with every table and the notes, CSV of the arm table)."""
+    groups = arms(results)
+    main = arm_table(groups, results)
+    parts = [markdown(main), INTERVAL_NOTE]
+    differences = difference_table(groups)
+    if len(differences) > 1:
+        parts += ["Differences (seeds independent between arms; problems paired):", markdown(differences)]
+    parts += [*notes, "Per seed:", markdown(seed_table(groups))]
+    return "\n\n".join(parts) + "\n", csv(main)
+
+
+__all__ = ["Evaluation", "tables"]

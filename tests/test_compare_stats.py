@@ -1,0 +1,138 @@
+"""Seed-level intervals of `r3l compare`: hand-computed numbers, and coverage in simulated comparisons."""
+
+import math
+
+import numpy as np
+import pytest
+
+from r3l.compare.stats import (
+    Term,
+    components,
+    difference_interval,
+    pooled,
+    seed_level_interval,
+    t_quantile,
+    wilson_interval,
+)
+
+# 3 seeds x 4 problems. Seed means 0.75, 0.75, 0.5 (grand mean 2/3): their variance 1/48, over 3 seeds 1/144.
+# Problem means 2/3, 1/3, 2/3, 1: variance 2/27, over 4 problems 1/54. Residuals (Y - seed - problem + grand)
+# squared sum to 11/6 over (3-1)(4-1) = 6 df: MS 11/36, over S P = 12: 11/432, more than 1/54, so the problems
+# add nothing beyond the residual and the variance of the mean is the seed part alone.
+TABLE = [[1, 0, 1, 1], [1, 1, 0, 1], [0, 0, 1, 1]]
+T_975_2, T_975_3 = 4.302653, 3.182446
+
+
+def test_components_of_a_hand_computed_table():
+    parts = components(np.array(TABLE, dtype=float))
+    assert parts.seed.value == pytest.approx(1 / 144)
+    assert parts.seed.df == 2
+    assert parts.residual == pytest.approx(11 / 432)
+    assert parts.problem_means.tolist() == pytest.approx([2 / 3, 1 / 3, 2 / 3, 1])
+
+
+def test_seed_level_interval_by_hand():
+    estimate = seed_level_interval(TABLE)
+    half = T_975_2 * math.sqrt(1 / 144)
+    assert estimate.mean == pytest.approx(2 / 3)
+    assert (estimate.low, estimate.high) == pytest.approx((2 / 3 - half, 2 / 3 + half), abs=1e-5)
+    assert (estimate.seeds, estimate.problems) == (3, 4)
+
+
+def test_a_fixed_model_varies_with_the_problems_only():
+    # an untrained model evaluated greedily: [1, 0, 1, 1] on every seed; variance 1/4 over 4 problems
+    estimate = seed_level_interval([[1, 0, 1, 1]] * 3, fixed_model=True)
+    assert estimate.mean == 0.75
+    assert estimate.se == pytest.approx(0.25)
+    assert estimate.high - estimate.mean == pytest.approx(T_975_3 * 0.25, abs=1e-5)
+
+
+def test_one_trained_seed_has_no_interval():
+    estimate = seed_level_interval([[1, 0, 1, 1]])
+    assert estimate.mean == 0.75
+    assert math.isnan(estimate.low) and math.isnan(estimate.high)
+
+
+def test_difference_against_a_fixed_model_by_hand():
+    # per-problem differences -1/3, -2/3, -1/3, 1: variance 59/108, over 4 problems 59/432, less the arm's
+    # residual 11/432: 1/9 (df 3); the arm's seed part 1/144 (df 2). Critical value: the Cochran-Cox weighting.
+    difference = difference_interval(TABLE, [[1, 1, 1, 0]] * 3, second_fixed=True)
+    seed, problems = 1 / 144, 1 / 9
+    quantile = (seed * T_975_2 + problems * T_975_3) / (seed + problems)
+    half = quantile * math.sqrt(seed + problems)
+    assert difference.mean == pytest.approx(2 / 3 - 3 / 4)
+    assert (difference.low, difference.high) == pytest.approx((-1 / 12 - half, -1 / 12 + half), abs=1e-4)
+    assert 0.5 < difference.p_value <= 1
+
+
+def test_cochran_cox_weights_each_terms_quantile():
+    assert t_quantile([Term(1.0, 2)], 0.95) == pytest.approx(T_975_2, abs=1e-5)
+    assert t_quantile([Term(1.0, 2), Term(3.0, 3)], 0.95) == pytest.approx((T_975_2 + 3 * T_975_3) / 4, abs=1e-5)
+
+
+def test_p_value_agrees_with_the_interval():
+    rng = np.random.default_rng(0)
+    better = (rng.random((3, 200)) < 0.8).astype(float)
+    worse = (rng.random((3, 200)) < 0.5).astype(float)
+    clear = difference_interval(better, worse)
+    assert clear.low > 0 and clear.p_value < 0.05
+    level = 1 - clear.p_value  # the interval at exactly this level touches 0
+    edge = difference_interval(better, worse, confidence=level)
+    assert edge.low == pytest.approx(0.0, abs=1e-6)
+
+
+def test_unpaired_problems_add_both_variances():
+    a, b = np.ones((3, 4)), np.zeros((3, 5))
+    a[0, 0] = b[1, 1] = 0.5
+    with pytest.raises(ValueError, match="same problems"):
+        difference_interval(a, b)
+    unpaired = difference_interval(a, b, paired_problems=False)
+    assert not unpaired.paired_problems
+    assert unpaired.se**2 == pytest.approx(
+        seed_level_interval(a).se ** 2 + seed_level_interval(b).se ** 2, rel=0.2
+    )
+
+
+def simulated_arm(rng, seeds, problem_shift, true_mean, seed_spread):
+    """Outcomes of `seeds` training runs on shared problems: success probability = true mean + the seed's
+    effect (normal) + the problem's effect (uniform, drawn per comparison), never outside [0, 1]."""
+    seed_effect = rng.normal(0.0, seed_spread, seeds)
+    probability = true_mean + seed_effect[:, None] + problem_shift[None, :]
+    assert probability.min() >= 0 and probability.max() <= 1
+    return (rng.random(probability.shape) < probability).astype(float)
+
+
+@pytest.mark.parametrize("seed_spread, problem_spread", [(0.05, 0.25), (0.02, 0.3), (0.08, 0.15)])
+def test_seed_level_interval_covers_the_true_mean(seed_spread, problem_spread):
+    """2,000 simulated arms of 3 seeds on 200 problems: the interval covers the true mean 93-97% of the time;
+    the Wilson interval on the seeds' answers pooled falls short."""
+    rng = np.random.default_rng(12345)
+    trials, true_mean = 2000, 0.55
+    covered = pooled_covered = 0
+    for _ in range(trials):
+        problems = rng.uniform(-problem_spread, problem_spread, 200)
+        table = simulated_arm(rng, 3, problems, true_mean, seed_spread)
+        estimate = seed_level_interval(table)
+        covered += estimate.low <= true_mean <= estimate.high
+        _, low, high = pooled([(int(row.sum()), row.size) for row in table])
+        pooled_covered += low <= true_mean <= high
+    assert 0.93 <= covered / trials <= 0.97
+    assert pooled_covered / trials < 0.90
+
+
+def test_difference_interval_covers_the_true_difference():
+    rng = np.random.default_rng(7)
+    trials, covered = 2000, 0
+    for _ in range(trials):
+        problems = rng.uniform(-0.25, 0.25, 200)
+        first = simulated_arm(rng, 3, problems, 0.50, 0.04)
+        second = simulated_arm(rng, 3, 0.7 * problems + rng.uniform(-0.05, 0.05, 200), 0.45, 0.04)
+        difference = difference_interval(first, second)
+        covered += difference.low <= 0.05 <= difference.high
+    assert 0.93 <= covered / trials <= 0.97
+
+
+def test_wilson_interval_by_hand():
+    low, high = wilson_interval(115, 200)
+    assert (low, high) == pytest.approx((0.50571, 0.64147), abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
