@@ -199,12 +199,26 @@ def eval_params(config: Config) -> SamplingParams:
     )
 
 
-def reflection_prompts(config: Config):
-    """The templates of R3's two-attempt evaluation (eval.reflect_prompt, eval.retry_prompt, eval.include_feedback)."""
+def two_attempts(config: Config):
+    """R3's two-attempt evaluation as the config asks for it (eval.attempts=2), else None. The reflection's token
+    limit and temperature are the evaluation's own where set, else the training strategy's (so reflections are
+    asked alike in training and evaluation unless set apart), else 128 tokens and the evaluation's temperature."""
+    from r3l.evaluate import TwoAttempts
     from r3l.reflection.prompts import ReflectionPrompts
 
-    e = config.eval
-    return ReflectionPrompts.load(e.reflect_prompt, e.retry_prompt, e.include_feedback)
+    e, strategy = config.eval, config.algorithm.strategy_args
+    if e.attempts != 2:
+        return None
+    tokens = e.reflection_max_new_tokens or strategy.get("reflection_max_new_tokens") or 128
+    temperature = e.reflection_temperature
+    if temperature is None:
+        temperature = strategy.get("reflection_temperature")
+    return TwoAttempts(
+        ReflectionPrompts.load(e.reflect_prompt, e.retry_prompt, e.include_feedback),
+        tokens,
+        temperature,
+        e.verdict_control,
+    )
 
 
 @dataclass
@@ -223,15 +237,7 @@ def rollout_context(config: Config, make_env: Callable[[], Env], generator: Gene
 
 def evaluate_held_out(config: Config, tasks: Sequence[Task], context: RolloutContext):
     """(record, summary, metrics) of the held-out evaluation the config asks for (eval.*), on `tasks`."""
-    return held_out_evaluation(
-        tasks,
-        context,
-        eval_params(config),
-        config.eval.attempts,
-        reflection_prompts(config),
-        config.eval.reflection_max_new_tokens,
-        config.eval.verdict_control,
-    )
+    return held_out_evaluation(tasks, context, eval_params(config), two_attempts(config))
 
 
 def build_parts(config: Config) -> Parts:

@@ -297,7 +297,18 @@ class EvalConfig(Section):
     include_feedback: bool = Field(
         False, description="attempts=2: put the verifier's feedback in the reflection prompt"
     )
-    reflection_max_new_tokens: int = Field(128, gt=0, description="attempts=2: length limit of the reflection")
+    reflection_max_new_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="attempts=2: length limit of the reflection (unset: the training strategy's "
+        "reflection_max_new_tokens where it has one, else 128)",
+    )
+    reflection_temperature: float | None = Field(
+        None,
+        ge=0,
+        description="attempts=2: temperature of the reflection (unset: the training strategy's "
+        "reflection_temperature where set, else eval.temperature)",
+    )
     verdict_control: bool = Field(
         True,
         description="attempts=2: also ask each failure once more after the verdict alone (no reflection), the "

@@ -132,6 +132,21 @@ def _column(successes: int, total: int, format_missing: float | None) -> dict[st
     }
 
 
+@dataclass(frozen=True)
+class TwoAttempts:
+    """How R3's two-attempt evaluation reflects: its templates, the reflection's token limit and temperature
+    (None: the evaluation's own), and whether the verdict-alone control runs beside it."""
+
+    prompts: ReflectionPrompts
+    reflection_max_new_tokens: int = 128
+    reflection_temperature: float | None = None
+    verdict_control: bool = True
+
+    def reflect_params(self, params: SamplingParams) -> SamplingParams:
+        temperature = params.temperature if self.reflection_temperature is None else self.reflection_temperature
+        return replace(params, max_new_tokens=self.reflection_max_new_tokens, temperature=temperature)
+
+
 def evaluate_two_attempts(
     tasks: Sequence[Task],
     make_env: Callable[[], Env],
@@ -139,23 +154,21 @@ def evaluate_two_attempts(
     tokenizer,
     params: SamplingParams,
     prompt_format: PromptFormat,
-    prompts: ReflectionPrompts,
-    reflection_max_new_tokens: int = 128,
+    settings: TwoAttempts,
     limits: AgentLimits = AgentLimits(),
-    verdict_control: bool = True,
 ) -> dict[str, Any]:
     """R3's table row: first-try accuracy, and second-try accuracy over all tasks, where each first-try failure
-    gets one reflection and one more attempt; with `verdict_control`, beside it the control: the same failures
-    asked once more after the verdict alone, no reflection. Each column counts the replies that miss the
-    answer format (the first attempts, then the second attempts of the failures), so a gain in format is told
-    from a gain in value."""
+    gets one reflection and one more attempt; with `settings.verdict_control`, beside it the control: the same
+    failures asked once more after the verdict alone, no reflection. Each column counts the replies that miss
+    the answer format (the first attempts, then the second attempts of the failures), so a gain in format is
+    told from a gain in value."""
     attempts = [
         row[0] for row in first_attempts(tasks, make_env, generator, tokenizer, params, prompt_format, limits=limits)
     ]
     failures = [a for a in attempts if not a.verdict.success]
-    reflect_params = replace(params, max_new_tokens=reflection_max_new_tokens)
+    prompts, verdict_control = settings.prompts, settings.verdict_control
     retries = reflect_and_retry(
-        failures, make_env, generator, prompts, reflect_params, params, n_reflections=1, limits=limits
+        failures, make_env, generator, prompts, settings.reflect_params(params), params, n_reflections=1, limits=limits
     )
     controls = retry_after_verdict(failures, make_env, generator, prompts, params, limits) if verdict_control else []
     missing = format_rule(make_env)
@@ -249,77 +262,44 @@ def held_out_evaluation(
     tasks: Sequence[Task],
     context: RolloutContext,
     params: SamplingParams,
-    attempts: int,
-    prompts: ReflectionPrompts,
-    reflection_max_new_tokens: int = 128,
-    verdict_control: bool = True,
+    two_attempts: TwoAttempts | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
-    """(full record with samples, summary, metrics to log) for one or two attempts per task, played in the same
-    rollout context as exploration (environments, generator, tokenizer, prompt format, agent limits)."""
+    """(full record with samples, summary, metrics to log): one attempt per task, or with `two_attempts` R3's
+    two, played in the same rollout context as exploration (environments, generator, tokenizer, prompt format,
+    agent limits)."""
     started = time.perf_counter()
     failpoint("evaluation")
     c = context
-    record, summary, metrics = _held_out(
-        tasks,
-        c.make_env,
-        c.generator,
-        c.tokenizer,
-        params,
-        c.prompt_format,
-        attempts,
-        prompts,
-        c.limits,
-        reflection_max_new_tokens,
-        verdict_control,
-    )
+    if two_attempts is not None:
+        record, summary, metrics = _two_attempts(tasks, c, params, two_attempts)
+    else:
+        record, summary, metrics = _one_attempt(tasks, c, params)
     seconds = time.perf_counter() - started
     return {**record, "seconds": seconds}, {**summary, "seconds": seconds}, {**metrics, "eval/seconds": seconds}
 
 
-def _held_out(
-    tasks,
-    make_env,
-    generator,
-    tokenizer,
-    params,
-    prompt_format,
-    attempts,
-    prompts,
-    limits,
-    reflection_max_new_tokens,
-    verdict_control,
-):
-    if attempts == 2:
-        require_single_turn(make_env, "eval.attempts=2 (R3's reflect-and-retry evaluation)")
-        record = evaluate_two_attempts(
-            tasks,
-            make_env,
-            generator,
-            tokenizer,
-            params,
-            prompt_format,
-            prompts,
-            reflection_max_new_tokens,
-            limits,
-            verdict_control,
-        )
-        summary = {k: v for k, v in record.items() if k != "samples"}
-        metrics = {
-            "eval/success": record["first_try"]["success"],
-            "eval/second_try_success": record["second_try"]["success"],
-            "eval/hack/prompt_copies": record["rewarded_prompt_copies"] / max(1, record["total"]),
-        }
-        if "second_try_verdict_only" in record:
-            metrics["eval/second_try_verdict_only_success"] = record["second_try_verdict_only"]["success"]
-        return record, summary, metrics
-    result = evaluate(tasks, make_env, generator, tokenizer, params, prompt_format, limits)
-    summary = result.summary()
-    return (
-        {**summary, "samples": result.samples},
-        summary,
-        {
-            "eval/success": result.success,
-            "eval/reward": result.mean_reward,
-            "eval/hack/prompt_copies": summary["rewarded_prompt_copies"] / max(1, result.total),
-        },
+def _two_attempts(tasks, c: RolloutContext, params: SamplingParams, settings: TwoAttempts):
+    require_single_turn(c.make_env, "eval.attempts=2 (R3's reflect-and-retry evaluation)")
+    record = evaluate_two_attempts(
+        tasks, c.make_env, c.generator, c.tokenizer, params, c.prompt_format, settings, c.limits
     )
+    summary = {k: v for k, v in record.items() if k != "samples"}
+    metrics = {
+        "eval/success": record["first_try"]["success"],
+        "eval/second_try_success": record["second_try"]["success"],
+        "eval/hack/prompt_copies": record["rewarded_prompt_copies"] / max(1, record["total"]),
+    }
+    if "second_try_verdict_only" in record:
+        metrics["eval/second_try_verdict_only_success"] = record["second_try_verdict_only"]["success"]
+    return record, summary, metrics
+
+
+def _one_attempt(tasks, c: RolloutContext, params: SamplingParams):
+    result = evaluate(tasks, c.make_env, c.generator, c.tokenizer, params, c.prompt_format, c.limits)
+    summary = result.summary()
+    metrics = {
+        "eval/success": result.success,
+        "eval/reward": result.mean_reward,
+        "eval/hack/prompt_copies": summary["rewarded_prompt_copies"] / max(1, result.total),
+    }
+    return {**summary, "samples": result.samples}, summary, metrics

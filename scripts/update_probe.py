@@ -8,6 +8,7 @@ problems teacher-forced on the untrained model's greedy replies: the mean per-to
 change of the greedy reply's log-probability, and the KL with only one parameter group's update kept (which
 group the shift comes from). Greedy held-out success before and after one update is printed too.
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,14 +18,19 @@ import time
 import torch
 
 from r3l.algorithms import assign_advantages
-from r3l.build import agent_limits, eval_params, make_learner, trainable_policy
+from r3l.build import eval_params, make_learner, trainable_policy
 from r3l.config import load_config
 from r3l.evaluate import held_out_evaluation
 from r3l.rollout.chat import PromptFormat, encode_prompt
 from r3l.trainer import Trainer
 
-GROUPS = {"lm_head": ("lm_head",), "embed": ("embed_tokens",), "attention": ("self_attn",), "mlp": ("mlp",),
-          "norms": ("norm",)}
+GROUPS = {
+    "lm_head": ("lm_head",),
+    "embed": ("embed_tokens",),
+    "attention": ("self_attn",),
+    "mlp": ("mlp",),
+    "norms": ("norm",),
+}
 
 
 def group_of(name: str) -> str:
@@ -40,7 +46,7 @@ def teacher_forced_logprobs(model, sequences, prompt_lengths):
     with torch.no_grad():
         for tokens, start in zip(sequences, prompt_lengths):
             ids = torch.tensor([tokens])
-            logits = model(input_ids=ids).logits[0, start - 1:-1].float()
+            logits = model(input_ids=ids).logits[0, start - 1 : -1].float()
             out.append(torch.log_softmax(logits, -1))
     return out
 
@@ -56,14 +62,19 @@ def shift(old, new, sequences, prompt_lengths):
 
 def main() -> None:
     name, overrides = sys.argv[1], sys.argv[2:]
-    base = ["eval.size=32", "logging.progress=false", "logging.tensorboard=false", f"model={name}",
-            "run.dir=/tmp/update_probe", *overrides]
+    base = [
+        "eval.size=32",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+        f"model={name}",
+        "run.dir=/tmp/update_probe",
+        *overrides,
+    ]
     config = load_config(None, base)
     trainer = Trainer(config)
     parts = trainer.parts
     fmt = PromptFormat.from_config(config.env)
-    record, _, metrics = held_out_evaluation(trainer.test_tasks, parts.make_env, parts.generator, parts.tokenizer,
-                                             eval_params(config), fmt, 1, None, agent_limits(config), 0)
+    _, _, metrics = held_out_evaluation(trainer.test_tasks, parts.strategy.context, eval_params(config))
     print(f"untrained greedy held-out success {metrics['eval/success']:.3f}")
     env = parts.make_env()
     prompts = [encode_prompt(parts.tokenizer, fmt.messages(t.prompt, env.system_prompt)) for t in trainer.test_tasks]
@@ -73,12 +84,17 @@ def main() -> None:
     torch.manual_seed(0)
     experiences, explore_metrics = parts.strategy.explore(trainer._draw(0).tasks, 0)
     assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
-    print(f"batch: {len(experiences)} samples, success {explore_metrics.get('success', float('nan')):.3f}, "
-          f"nonzero advantages {sum(e.advantage != 0 for e in experiences)}")
+    print(
+        f"batch: {len(experiences)} samples, success {explore_metrics.get('success', float('nan')):.3f}, "
+        f"nonzero advantages {sum(e.advantage != 0 for e in experiences)}"
+    )
     pristine = copy.deepcopy(trainer.parts.model.state_dict())
     old = teacher_forced_logprobs(trainer.parts.model, sequences, lengths)
-    variants = [("lr 1e-5 full", {"lr": 1e-5}, False), ("lr 1e-6 full", {"lr": 1e-6}, False),
-                ("lr 1e-5 lora r16", {"lr": 1e-5}, True)]
+    variants = [
+        ("lr 1e-5 full", {"lr": 1e-5}, False),
+        ("lr 1e-6 full", {"lr": 1e-6}, False),
+        ("lr 1e-5 lora r16", {"lr": 1e-5}, True),
+    ]
     for label, train_changes, lora in variants:
         model = trainer.parts.model
         model.load_state_dict(pristine)
@@ -93,21 +109,27 @@ def main() -> None:
         merged = policy.merge_and_unload() if lora else policy
         new = teacher_forced_logprobs(merged, sequences, lengths)
         kl, delta = shift(old, new, sequences, lengths)
-        print(f"{label}: grad_norm {update['grad_norm']:.2f}, KL(old||new) per token {kl:.4f}, "
-              f"greedy reply log-prob change {delta:+.3f} ({time.time() - started:.0f} s)")
+        print(
+            f"{label}: grad_norm {update['grad_norm']:.2f}, KL(old||new) per token {kl:.4f}, "
+            f"greedy reply log-prob change {delta:+.3f} ({time.time() - started:.0f} s)"
+        )
         if not lora:
             updated = {k: v.detach().clone() for k, v in merged.state_dict().items()}
             for group in sorted({group_of(k) for k in updated}):
                 merged.load_state_dict({k: (updated[k] if group_of(k) == group else pristine[k]) for k in updated})
                 kl_g, delta_g = shift(old, teacher_forced_logprobs(merged, sequences, lengths), sequences, lengths)
-                rel = {k: float((updated[k] - pristine[k]).norm() / pristine[k].norm().clamp_min(1e-12))
-                       for k in updated if group_of(k) == group}
-                print(f"    only {group:9s}: KL {kl_g:.4f}, log-prob change {delta_g:+.3f}, "
-                      f"max relative weight change {max(rel.values()):.2e}")
+                rel = {
+                    k: float((updated[k] - pristine[k]).norm() / pristine[k].norm().clamp_min(1e-12))
+                    for k in updated
+                    if group_of(k) == group
+                }
+                print(
+                    f"    only {group:9s}: KL {kl_g:.4f}, log-prob change {delta_g:+.3f}, "
+                    f"max relative weight change {max(rel.values()):.2e}"
+                )
             merged.load_state_dict(updated)
         parts.generator.sync_weights(merged.state_dict())
-        _, _, after = held_out_evaluation(trainer.test_tasks, parts.make_env, parts.generator, parts.tokenizer,
-                                          eval_params(config), fmt, 1, None, agent_limits(config), 0)
+        _, _, after = held_out_evaluation(trainer.test_tasks, parts.strategy.context, eval_params(config))
         print(f"    held-out greedy success after this one update {after['eval/success']:.3f}")
         if lora:
             model = merged

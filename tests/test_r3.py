@@ -148,3 +148,22 @@ def test_countdown_solver_finds_a_valid_equation():
     assert expression is not None
     task = env.tasks("test")[0]
     assert env.verify(task, f"<answer>{countdown_solution(task.answer['numbers'], task.answer['target'])}</answer>").success
+
+
+def test_reflections_are_asked_alike_in_training_and_evaluation_unless_set_apart():
+    from r3l.build import two_attempts
+
+    assert two_attempts(load_config(None, ["algorithm=r3"])) is None  # one attempt: no reflection at all
+    trained = load_config(None, ["algorithm=r3", "eval.attempts=2", "algorithm.strategy_args.reflection_temperature=0.7",
+                                 "algorithm.strategy_args.reflection_max_new_tokens=96"])
+    settings = two_attempts(trained)
+    assert (settings.reflection_max_new_tokens, settings.reflection_temperature) == (96, 0.7)
+    apart = load_config(None, ["algorithm=r3", "eval.attempts=2", "algorithm.strategy_args.reflection_temperature=0.7",
+                               "eval.reflection_max_new_tokens=40", "eval.reflection_temperature=0"])
+    settings = two_attempts(apart)
+    assert (settings.reflection_max_new_tokens, settings.reflection_temperature) == (40, 0.0)
+    params = settings.reflect_params(SamplingParams(temperature=0.4, max_new_tokens=8))
+    assert (params.temperature, params.max_new_tokens) == (0.0, 40)
+    default = two_attempts(load_config(None, ["algorithm=grpo", "eval.attempts=2"]))
+    assert (default.reflection_max_new_tokens, default.reflection_temperature) == (128, None)
+    assert default.reflect_params(SamplingParams(temperature=0.4)).temperature == 0.4  # the evaluation's own

@@ -31,6 +31,9 @@ class R3Settings(StrategySettings):
     reflect_prompt: str | None = Field(None, description="text file replacing the reflection instruction")
     retry_prompt: str | None = Field(None, description="text file replacing the retry instruction")
     reflection_max_new_tokens: int = Field(128, gt=0)
+    reflection_temperature: float | None = Field(
+        None, ge=0, description="temperature of the reflections (unset: sampling.temperature)"
+    )
 
 
 def retry_experience(retry: Retry, group: str) -> Experience:
@@ -103,7 +106,10 @@ class R3Strategy(Strategy):
             conversation.add_assistant(completion, trained=False)
             failures.append(Attempt(task, conversation, completion, judge(env, task, completion.text)))
         seed = None if c.sampling.seed is None else c.sampling.seed + step
-        reflect_params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, seed=seed)
+        temperature = c.sampling.temperature if s.reflection_temperature is None else s.reflection_temperature
+        reflect_params = replace(
+            c.sampling, max_new_tokens=s.reflection_max_new_tokens, temperature=temperature, seed=seed
+        )
         retry_params = replace(c.sampling, seed=None if seed is None else seed + 1)
         groups = reflect_and_retry(
             failures,

@@ -69,6 +69,9 @@ class R3LSettings(StrategySettings):
         True, description="also reflect on successful base episodes (may retry an inefficient success)"
     )
     reflection_max_new_tokens: int = Field(4096, gt=0)
+    reflection_temperature: float | None = Field(
+        None, ge=0, description="temperature of the reflections (unset: sampling.temperature; the R3L paper: 0.7)"
+    )
     report_parser: Literal["r3l", "reference"] = Field(
         "r3l",
         description="r3l: the last balanced JSON object, outcome in any case, non-empty text fields; "
@@ -231,7 +234,10 @@ class R3LStrategy(Strategy):
             )
             for run in chosen
         ]
-        params = replace(c.sampling, max_new_tokens=s.reflection_max_new_tokens, stop=(), seed=seed)
+        temperature = c.sampling.temperature if s.reflection_temperature is None else s.reflection_temperature
+        params = replace(
+            c.sampling, max_new_tokens=s.reflection_max_new_tokens, temperature=temperature, stop=(), seed=seed
+        )
         constraints = (
             None
             if c.report_field_chars is None
