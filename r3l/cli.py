@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -337,6 +338,10 @@ def main() -> None:
     from r3l.memory import limit_onednn_cache
     from r3l.threads import apply_openmp_wait_defaults
 
+    # Ctrl-C and `kill -INT` stop every phase the same way, also when r3l inherits SIGINT ignored (a background
+    # job of a non-interactive shell, where Python leaves it ignored): a KeyboardInterrupt, turned into one line
+    # and exit 130 below, with a resumable run or nothing left behind.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     limit_onednn_cache()
     apply_openmp_wait_defaults()

@@ -144,17 +144,18 @@ def test_a_full_disk_while_writing_metrics_is_one_line_and_the_run_resumes_after
     assert load_trainer_state(latest_checkpoint(run_dir))["step"] == 3
 
 
-def interrupted(args, cwd, failpoint) -> subprocess.CompletedProcess:
+def interrupted(args, cwd, failpoint, inherited=signal.SIG_DFL) -> subprocess.CompletedProcess:
     """`r3l ARGS` with Ctrl-C (SIGINT) at the failpoints named (r3l/faults.py: NAME@N:INT, comma-separated).
 
-    The run gets SIGINT's default disposition, as a command started from a terminal does: tests started as a
-    shell's background job (`pytest &`) inherit SIGINT ignored, and so would their runs."""
+    The run starts with SIGINT's disposition `inherited`: the default, as a command started from a terminal
+    does, or ignored, as a background job of a non-interactive shell does (`pytest &` passes that on): r3l must
+    stop the same way either way."""
     return subprocess.run([sys.executable, "-m", "r3l.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "R3L_FAILPOINT": failpoint}, preexec_fn=default_sigint)
+                          timeout=600, env={**os.environ, "R3L_FAILPOINT": failpoint},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
 
 
-def default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+IGNORED = signal.SIG_IGN
 
 
 def last_line(result: subprocess.CompletedProcess) -> str:
@@ -162,19 +163,22 @@ def last_line(result: subprocess.CompletedProcess) -> str:
     return result.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("failpoint, checkpoint_every, kept", [
-    ("evaluation:INT", 1, None),  # in the held-out evaluation before training: nothing to resume
-    ("rollout_done@2:INT,update_done@2:INT", 0, None),  # twice in step 2, before any checkpoint
-    ("rollout_done@2:INT,update_done@2:INT", 1, "step_000001"),  # twice in step 2, after step 1's checkpoint
-    ("rollout_done@2:INT", 0, "step_000002"),  # once: step 2 finishes and is checkpointed
-    ("evaluation@2:INT", 0, "step_000003"),  # in the evaluation after training
+@pytest.mark.parametrize("failpoint, checkpoint_every, kept, inherited", [
+    ("evaluation:INT", 1, None, signal.SIG_DFL),  # in the held-out evaluation before training: nothing to resume
+    ("evaluation:INT", 1, None, IGNORED),  # the same, started with SIGINT ignored
+    ("rollout_done@2:INT,update_done@2:INT", 0, None, signal.SIG_DFL),  # twice in step 2, before any checkpoint
+    ("rollout_done@2:INT,update_done@2:INT", 1, "step_000001", signal.SIG_DFL),  # twice, after step 1's checkpoint
+    ("rollout_done@2:INT", 0, "step_000002", signal.SIG_DFL),  # once: step 2 finishes and is checkpointed
+    ("rollout_done@2:INT", 0, "step_000002", IGNORED),
+    ("evaluation@2:INT", 0, "step_000003", signal.SIG_DFL),  # in the evaluation after training
+    ("evaluation@2:INT", 0, "step_000003", IGNORED),
 ])
 def test_every_interrupt_is_one_line_exit_130_and_a_run_that_resumes_or_none(tmp_path, failpoint, checkpoint_every,
-                                                                              kept):
+                                                                              kept, inherited):
     runs, run_dir = tmp_path / "runs", tmp_path / "runs" / "run"
     result = interrupted(["train", *TINY[:-2], "train.steps=3", "eval.size=2",
                           f"train.checkpoint_every={checkpoint_every}", f"run.dir={runs}", "run.name=run"],
-                         tmp_path, failpoint)
+                         tmp_path, failpoint, inherited)
     assert result.returncode == 130, result.stderr[-2000:]
     last = last_line(result)
     assert last.startswith("interrupted: ")
@@ -188,17 +192,20 @@ def test_every_interrupt_is_one_line_exit_130_and_a_run_that_resumes_or_none(tmp
     assert json.loads(resumed.stdout)["step"] == 3
 
 
-def test_an_interrupted_or_failed_eval_or_bench_leaves_no_directory(tmp_path):
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, IGNORED], ids=["sigint-default", "sigint-ignored"])
+def test_an_interrupted_or_failed_eval_or_bench_leaves_no_directory(tmp_path, inherited):
     runs = tmp_path / "runs"
     small = ["model=tiny-random", "env=countdown", "generator.dtype=float32", "logging.progress=false",
              "logging.tensorboard=false", f"run.dir={runs}"]
-    evaluation = interrupted(["eval", *small, "eval.size=2"], tmp_path, "evaluation:INT")
+    evaluation = interrupted(["eval", *small, "eval.size=2"], tmp_path, "evaluation:INT", inherited)
     assert evaluation.returncode == 130 and last_line(evaluation) == "interrupted: nothing was written"
     bench = [*small, "train.tasks_per_step=2", "sampling.group_size=4", "sampling.max_new_tokens=6",
              "train.micro_batch_size=4", "--sections", "side_by_side", "--repeats", "1", "--warmup", "0"]
-    stopped = interrupted(["bench", *bench], tmp_path, "rollout_done:INT")
+    stopped = interrupted(["bench", *bench], tmp_path, "rollout_done:INT", inherited)
     assert stopped.returncode == 130, stopped.stderr[-2000:]
     assert last_line(stopped) == "interrupted: no section had finished; nothing was kept"
+    if inherited == IGNORED:
+        return
     failed = run_cli("bench", *bench, "--vs", "nope", cwd=tmp_path)
     assert failed.returncode == 2 and last_line(failed).startswith("error: --vs nope")
     assert not runs.exists() or not any(runs.iterdir()), sorted(runs.rglob("*"))
