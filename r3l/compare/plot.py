@@ -50,22 +50,24 @@ def dumbbells(results: Sequence[RunResult]) -> dict[str, Dumbbell]:
 
 def curves(results: Sequence[RunResult], x: str = "steps") -> dict[str, list[tuple[float, float, float, float, int]]]:
     """Per arm whose runs evaluated during training: (x, mean, low, high, seeds) at each step any of its runs
-    evaluated at, before and after included; the interval over seeds and problems where every seed there has its
-    evaluation problem by problem, the x the mean of the seeds' cost at that step. Arms without an evaluation
+    evaluated at, before and after included (the evaluations after training as one point, wherever each run
+    stopped); the interval over seeds and problems where every seed there has its evaluation problem by problem,
+    the x the mean of the seeds' step or cost there. Arms without an evaluation
     during training have no curve (before and after alone are no curve)."""
-    by_arm: dict[str, dict[int, list[tuple[RunResult, Any]]]] = defaultdict(lambda: defaultdict(list))
+    by_arm: dict[str, dict[float, list[tuple[RunResult, Any]]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
         if not result.intermediate():
             continue
         for point in result.curve:
-            by_arm[result.label][point.step].append((result, point))
+            final = result.finished and point.step == result.steps  # a budget run's last step differs by seed
+            by_arm[result.label][math.inf if final else point.step].append((result, point))
     out = {}
     for label, steps in by_arm.items():
         points = []
-        for step, found in sorted(steps.items()):
+        for key, found in sorted(steps.items()):
             values = [p.value for _, p in found]
-            tables = [r.evaluations[step].outcomes.get("first") for r, _ in found if step in r.evaluations]
-            estimate = _estimate(tables, step == 0) if len(tables) == len(found) and all(tables) else None
+            tables = [r.evaluations[p.step].outcomes.get("first") for r, p in found if p.step in r.evaluations]
+            estimate = _estimate(tables, key == 0) if len(tables) == len(found) and all(tables) else None
             low, high = (estimate.low, estimate.high) if estimate else (math.nan, math.nan)
             where = sum(getattr(p, x) if x != "steps" else p.step for _, p in found) / len(found)
             points.append((where, sum(values) / len(values), low, high, len(found)))
