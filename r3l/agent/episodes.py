@@ -33,6 +33,7 @@ from r3l.agent.env_process import EnvironmentProcessDied, ProcessEnv
 from r3l.agent.prompt_copy import watched_copy
 from r3l.envs import Env, StepResult, Task
 from r3l.envs.reply_grammar import ReplyFormat
+from r3l.envs.tool_calls import chat_tools
 from r3l.errors import UserError
 from r3l.logging.progress import console
 from r3l.rollout.chat import PromptFormat
@@ -186,21 +187,24 @@ class EpisodeRunner:
         return guarded_call(env, timeout, env.replay, start.task, actions)
 
     def _begin(self, start: EpisodeStart, env: Env, opened: str | EnvFailure) -> Trajectory:
-        """The episode's conversation from the observation `_open` returned (or its failure)."""
+        """The episode's conversation from the observation `_open` returned (or its failure), with the tools the
+        task offers (function calling) given to the chat template."""
+        tools = chat_tools(start.task)
         if isinstance(opened, EnvFailure):
             messages = self.prompt_format.messages(start.task.prompt, env.system_prompt)
-            trajectory = Trajectory(start.task, TokenConversation.start(self.tokenizer, messages))
+            trajectory = Trajectory(start.task, TokenConversation.start(self.tokenizer, messages, tools=tools))
             self._env_error(trajectory, f"while {'replaying' if start.base else 'starting'} the episode", opened)
             return trajectory
         observation = opened
         if start.base is None:
             messages = self.prompt_format.messages(observation, env.system_prompt)
-            return Trajectory(start.task, TokenConversation.start(self.tokenizer, messages), observation=observation)
+            conversation = TokenConversation.start(self.tokenizer, messages, tools=tools)
+            return Trajectory(start.task, conversation, observation=observation)
         base, pivot = start.base, start.pivot
         guided_text = with_guidance(start.guidance, observation)
         if pivot == 0:
             guided = TokenConversation.start(
-                self.tokenizer, self.prompt_format.messages(guided_text, env.system_prompt)
+                self.tokenizer, self.prompt_format.messages(guided_text, env.system_prompt), tools=tools
             )
         else:
             guided = base.conversation.after_turn(pivot - 1)
