@@ -130,3 +130,27 @@ def test_the_prompt_format_keeps_tools_out_of_the_template(tmp_path):
     env = FunctionCallingEnv(source="xlam", path=xlam_file(tmp_path), tool_format="prompt")
     task = env.tasks("train")[0]
     assert "tools" not in task.data and task.prompt.startswith("Available functions:")
+
+
+def test_structured_replies_are_tool_call_blocks_of_the_listed_functions(tiny, tmp_path):
+    pytest.importorskip("xgrammar")
+    from r3l.rollout.constraints import Constrainer
+
+    model, tokenizer = tiny
+    constrainer = Constrainer(tokenizer, model.config.vocab_size)
+    env = FunctionCallingEnv(source="xlam", path=xlam_file(tmp_path), test_fraction=0.5)
+    task = env.tasks("test")[0]
+    env.reset(task)
+    constraint = env.reply_constraint(None)
+
+    def follows(text):
+        return constrainer.replay(constraint, tokenizer(text, add_special_tokens=False)["input_ids"])[1]
+
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": [1, 2.5e1, {"a": null}]}}\n</tool_call>'
+    assert follows(call) and follows(call + "\n" + call.replace("Oslo", 'Os\\"lo'))
+    assert env.verify(task, call).feedback.startswith("argument 'city'")  # read as any other reply
+    for bad in ('```json\n{"name": "get_weather", "arguments": {}}\n```',
+                '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+                '<tool_call>\n{"name": "get_weather", "arguments": []}\n</tool_call>',
+                'Sure. <tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>'):
+        assert not follows(bad), bad

@@ -57,6 +57,7 @@ from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.bfcl_checker import load_ast_checker, official_verdict
 from r3l.envs.dataset import file_stamp
+from r3l.envs.reply_grammar import tool_call_constraint
 from r3l.envs.tool_calls import (
     Call,
     ToolCallFormatError,
@@ -193,6 +194,12 @@ class FunctionCallingEnv(SingleTurnEnv):
                 calls, task.answer["ground_truth"], task.answer["functions"], lenient_strings=self.checker == "lenient"
             )
         return verify_exact(calls, task.answer["calls"], task.answer["functions"])
+
+    def reply_constraint(self, reply):
+        """Under structured decoding: `<tag>` blocks of JSON calls to the task's functions (called after reset)."""
+        functions = self._task.answer["functions"] if self._task is not None else []
+        names = [doc["name"] for doc in functions if isinstance(doc, dict) and isinstance(doc.get("name"), str)]
+        return tool_call_constraint(names, self.tag) if names else None
 
     def solution(self, task: Task) -> str:
         """A reply that passes `verify`, written with this env's tag."""
