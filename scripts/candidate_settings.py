@@ -41,7 +41,8 @@ SETTINGS: dict[str, list[str]] = {
     "FrozenLake 4x4, not slippery": ["env=gym:FrozenLake-v1", "env.args.make_args={is_slippery: false}",
                                      "env.args.max_steps=12", "env.args.test_size={n}", *GAME],
     "FrozenLake 8x8, not slippery": ["env=gym:FrozenLake8x8-v1", "env.args.make_args={is_slippery: false}",
-                                     "env.args.max_steps=30", "env.args.test_size={n}", *GAME],
+                                     "env.args.max_steps=30", "env.args.test_size={n}", "agent.max_context_tokens=8192",
+                                     *GAME],
     "Sokoban 6x6": ["env=textarena:Sokoban-v0", "env.args.max_steps=20", "env.args.test_size={n}", *GAME],
     "Wordle": ["env=textarena:Wordle-v0", "env.args.max_steps=6", "env.args.test_size={n}", *GAME],
     "GuessTheNumber 1-50": ["env=textarena:GuessTheNumber-v0-hardcore", "env.args.max_steps=10",
@@ -52,7 +53,8 @@ SETTINGS: dict[str, list[str]] = {
     "TextWorldExpress coin, 20 turns": ["env=textworld_express", "env.args.games=[coin]", "env.args.max_steps=20",
                                         "env.args.test_size={n}", *GAME],
     "TextWorldExpress cooking, 30 turns": ["env=textworld_express", "env.args.games=[cookingworld]",
-                                           "env.args.max_steps=30", "env.args.test_size={n}", *GAME],
+                                           "env.args.max_steps=30", "env.args.test_size={n}",
+                                           "agent.max_context_tokens=8192", *GAME],
     "BFCL simple, native tools": ["env=function_calling", "env.args.categories=[simple]", "env.args.test_size={n}",
                                   "sampling.max_new_tokens=128", "eval.max_new_tokens=128"],
     "BFCL multiple, native tools": ["env=function_calling", "env.args.categories=[multiple]",
@@ -66,7 +68,7 @@ SETTINGS: dict[str, list[str]] = {
 # what every setting shares: R3L's exploration with one base episode and one retry slot per task, reports on
 # failures only, bounded reflections
 SHARED = ["algorithm=r3l", "sampling.group_size=2", "algorithm.strategy_args.base_fraction=0.5",
-          "algorithm.strategy_args.reflect_on_success=false", "algorithm.strategy_args.reflection_max_new_tokens=256",
+          "algorithm.strategy_args.reflect_on_success=false", "algorithm.strategy_args.reflection_max_new_tokens=384",
           "eval.reflection_max_new_tokens=128"]
 COLUMNS = ("first", "r3", "verdict", "r3l", "r3l_no_guidance")
 HEADERS = ("1st try", "R3: 2nd after reflection", "2nd after verdict (control)", "R3L retry from pivot, guided",
