@@ -130,7 +130,12 @@ class AgentConfig(Section):
     terminate_on: list[Literal["format_error", "inadmissible", "repeated_action"]] = Field(
         ["format_error", "inadmissible", "repeated_action"], description="early stops, each counted in the metrics"
     )
-    repeat_limit: int = Field(3, ge=2, description="the same action this many times in a row stops the episode")
+    repeat_limit: int = Field(
+        3,
+        ge=2,
+        description="the same action this many times in a row stops the episode when its repeats left the "
+        "observation unchanged (a repeated move that changes the state, as in a grid game, goes on)",
+    )
     action_tag: str = Field("action", min_length=1)
     think_tag: str = Field("think", min_length=1)
     stop_after_action: bool = Field(True, description="end a turn at </action> (tagged environments)")

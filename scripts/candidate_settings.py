@@ -1,75 +1,341 @@
-"""Where is failure worth learning from, for one model? (issue 21) First-try and second-try success on candidate
-settings, each failure given one reflection and one more try (R3's evaluation, greedy), as a Markdown table.
+"""Where is failure worth learning from, for one model? (issues 21 and 36) The candidate table with its controls.
 
-    python scripts/candidate_settings.py MODEL OUT_DIR [LABEL ...] [key=value ...]   (default: every candidate)
+    python scripts/candidate_settings.py MODEL OUT_DIR [LABEL ...] [--tasks N] [--modes greedy,sampled]
+        [--xlam PATH] [key=value ...]          (no LABEL: every candidate; key=value: overrides for every setting)
 
-For each setting: first-try success, second-try success, how many first-try failures the second try recovered,
-and how many reflections refused the task ("I can't assist"). Reads each run's eval.json.
+For each setting, on its first N held-out tasks, once greedy and once sampled (the config's temperature, a fixed
+seed), before any training:
+
+- 1st try: one episode per task (R3L's base episode);
+- R3: each failed first try gets one reflection and a second try (R3's evaluation; single-turn settings only);
+- verdict: each failed first try gets the same verdict and a second try, without a reflection (control);
+- R3L: each failed first try is reflected on (R3L's report), and retried from the reported pivot with the report's
+  guidance (R3L's own exploration code, `r3l.explore.r3l`);
+- R3L, no guidance: the same reports, retried from the same pivots without the guidance text
+  (`retry_guidance=false`; control: is it the words or the restart?);
+- seconds per first-try episode; the share of replies missing the answer format, per column; how many held-out
+  games are distinct.
+
+A second-try column is the success rate over all N tasks (a first-try success counts), with the failures it
+recovered. Each setting is written to OUT_DIR/<setting>/result.json as soon as it is measured; a setting whose file
+exists is read back, not measured again (resumable). The table is OUT_DIR/candidates.md, everything in
+OUT_DIR/candidates.json. A setting that cannot be built here (Wordle needs NLTK data) is a row with its reason.
+
+The verdict-alone control is r3l's own (`r3l.reflection.retry.retry_after_verdict`, as `r3l eval --attempts 2`).
 """
+
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import subprocess
 import sys
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-ARITHMETIC = ["env.args.allow_negation=false", "env.args.allow_parentheses=false"]  # the default job's env
-CANDIDATES = {
-    "arithmetic 1-digit +- (default job)": (None, []),
-    "arithmetic 2-digit +-, 2-4 terms": (None, [*ARITHMETIC, "env.args.max_digits=2", "env.args.max_terms=4"]),
-    "arithmetic 2-digit +-*, 2-3 terms": (None, [*ARITHMETIC, "env.args.max_digits=2",
-                                                 'env.args.operators=["+","-","*"]']),
-    "arithmetic 3-digit +-*, 2-3 terms, reasoning": (None, ["env=arithmetic", *ARITHMETIC,
-                                                            "env.args.max_digits=3", "env.args.max_terms=3",
-                                                            'env.args.operators=["+","-","*"]',
-                                                            "sampling.max_new_tokens=160", "eval.max_new_tokens=160"]),
-    "gsm, reasoning": (None, ["env=gsm", "sampling.max_new_tokens=256",
-                              "eval.max_new_tokens=256"]),
-    "gsm, reasoning, tags asked in the system prompt": (None, [
-        "env=gsm", "sampling.max_new_tokens=256", "eval.max_new_tokens=256",
-        "env.system_prompt=Reason step by step, then write only the final number inside <answer></answer> tags."]),
-    "countdown 3 numbers": ("examples/r3_countdown_cpu.yaml", ["sampling.max_new_tokens=192",
-                                                               "eval.max_new_tokens=192"]),
-    "BFCL simple": ("examples/r3_function_calling_cpu.yaml", ["env.args.test_size=40"]),
-    "BFCL multiple": ("examples/r3_function_calling_cpu.yaml", ["env.args.categories=[multiple]",
-                                                                "env.args.test_size=40"]),
+FREE = ["sampling.max_new_tokens=96", "eval.max_new_tokens=96"]  # games: <think> a little, then <action>
+GAME = [*FREE, "env.args.train_size=5"]  # the train split is never played here: draw few of its games
+SETTINGS: dict[str, list[str]] = {
+    "FrozenLake 4x4, not slippery": ["env=gym:FrozenLake-v1", "env.args.make_args={is_slippery: false}",
+                                     "env.args.max_steps=12", "env.args.test_size={n}", *GAME],
+    "FrozenLake 8x8, not slippery": ["env=gym:FrozenLake8x8-v1", "env.args.make_args={is_slippery: false}",
+                                     "env.args.max_steps=30", "env.args.test_size={n}", "agent.max_context_tokens=8192",
+                                     *GAME],
+    "Sokoban 6x6": ["env=textarena:Sokoban-v0", "env.args.max_steps=20", "env.args.test_size={n}", *GAME],
+    "Wordle": ["env=textarena:Wordle-v0", "env.args.max_steps=6", "env.args.test_size={n}", *GAME],
+    "GuessTheNumber 1-50": ["env=textarena:GuessTheNumber-v0-hardcore", "env.args.max_steps=10",
+                            "env.args.test_size={n}", *GAME],
+    "Mastermind 4 of 6": ["env=textarena:Mastermind-v0", "env.args.max_steps=20", "env.args.test_size={n}", *GAME],
+    "Minesweeper 5x5": ["env=textarena:Minesweeper-v0-small", "env.args.max_steps=20", "env.args.test_size={n}",
+                        *GAME],
+    "TextWorldExpress coin, 20 turns": ["env=textworld_express", "env.args.games=[coin]", "env.args.max_steps=20",
+                                        "env.args.test_size={n}", *GAME],
+    "TextWorldExpress cooking, 30 turns": ["env=textworld_express", "env.args.games=[cookingworld]",
+                                           "env.args.max_steps=30", "env.args.test_size={n}",
+                                           "agent.max_context_tokens=8192", *GAME],
+    "BFCL simple, native tools": ["env=function_calling", "env.args.categories=[simple]", "env.args.test_size={n}",
+                                  "sampling.max_new_tokens=128", "eval.max_new_tokens=128"],
+    "BFCL multiple, native tools": ["env=function_calling", "env.args.categories=[multiple]",
+                                    "env.args.test_size={n}", "sampling.max_new_tokens=128",
+                                    "eval.max_new_tokens=128"],
+    "xLAM, native tools": ["env=function_calling", "env.args.source=xlam", "env.args.path={xlam}",
+                           "sampling.max_new_tokens=128", "eval.max_new_tokens=128"],
+    "gsm, \\boxed{}": ["env=gsm", "env.args.answer_format=boxed", "env.args.test_size={n}",
+                       "sampling.max_new_tokens=256", "eval.max_new_tokens=256"],
 }
-REFUSAL = re.compile(r"can(?:no|')t assist|unable to (?:assist|help)|I apologi[sz]e, but", re.I)
+# what every setting shares: R3L's exploration with one base episode and one retry slot per task, reports on
+# failures only, bounded reflections
+SHARED = ["algorithm=r3l", "sampling.group_size=2", "algorithm.strategy_args.base_fraction=0.5",
+          "algorithm.strategy_args.reflect_on_success=false", "algorithm.strategy_args.reflection_max_new_tokens=384",
+          "eval.reflection_max_new_tokens=128"]
+COLUMNS = ("first", "r3", "verdict", "r3l", "r3l_no_guidance")
+HEADERS = ("1st try", "R3: 2nd after reflection", "2nd after verdict (control)", "R3L retry from pivot, guided",
+           "R3L retry, no guidance (control)")
 
 
-def run(model: str, out: Path, label: str, size: int, extra: list[str]) -> dict:
-    config, overrides = CANDIDATES[label]
-    overrides = [*overrides, *extra]
-    folder = out / re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
-    command = ["r3l", "eval", *([config] if config else []), *overrides, f"model={model}", "eval.attempts=2",
-               f"eval.size={size}", "eval.reflection_max_new_tokens=96", "--out", str(folder)]
-    started = time.time()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    record = json.loads((folder / "eval.json").read_text())
-    failures = [s for s in record["samples"] if not s["first_success"]]
-    return {"label": label, "n": record["total"], "first": record["first_try"]["success"],
-            "second": record["second_try"]["success"], "failures": len(failures),
-            "recovered": sum(bool(s.get("second_success")) for s in failures),
-            "refusals": sum(bool(REFUSAL.search(s.get("reflection", ""))) for s in failures),
-            "seconds": time.time() - started, "command": " ".join(command)}
+# --- what a reply must contain ---------------------------------------------------------------------------------------
+def format_missing(env, text: str) -> bool | None:
+    """Whether a single-turn reply lacks the answer format its environment reads (None: not known for this env)."""
+    from r3l.envs.answer import extract_answer, extract_tagged
+
+    name = getattr(env, "name", "")
+    if name == "function_calling":
+        return re.search(rf"<\s*{re.escape(env.tag)}\s*>.*?<\s*/\s*{re.escape(env.tag)}\s*>", text, re.S | re.I) is None
+    if hasattr(env, "answer_format"):
+        return extract_answer(text, env.answer_format) is None
+    if name == "countdown":
+        return extract_tagged(text) is None
+    return None
 
 
-def main() -> None:
-    model, out = sys.argv[1], Path(sys.argv[2])
-    labels = [a for a in sys.argv[3:] if "=" not in a] or list(CANDIDATES)
-    extra = [a for a in sys.argv[3:] if "=" in a]  # key=value overrides for every setting
-    size = 40
+@dataclass
+class Column:
+    successes: int = 0
+    recovered: int = 0
+    tried: int = 0  # second tries made (failures given one)
+    replies: int = 0
+    missing: int = 0  # replies without the answer format
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, n: int, failures: int) -> dict[str, Any]:
+        return {"success": self.successes / max(1, n), "successes": self.successes, "recovered": self.recovered,
+                "failures": failures, "tried": self.tried, "replies": self.replies,
+                "format_missing": self.missing / self.replies if self.replies else None,
+                "seconds": round(self.seconds, 1), **self.extra}
+
+
+def game_of(task) -> str:
+    """What makes a held-out task its own game: a game env's `game` (gym_games.py), TextWorldExpress's (game, seed),
+    else the task itself (single-turn tasks are distinct by construction)."""
+    if "fold" in task.data:
+        return f"{task.data['game']}-{task.data['seed']}"
+    return str(task.data.get("game", task.id))
+
+
+def count_replies(column: Column, env, steps, single_turn: bool) -> None:
+    for step in steps:
+        column.replies += 1
+        missing = format_missing(env, step.completion.text) if single_turn else step.action is None
+        column.missing += bool(missing)
+
+
+# --- one setting ---------------------------------------------------------------------------------------------------
+class Bench:
+    """The model and generator, loaded once; each setting builds its environment and R3L strategy around them."""
+
+    def __init__(self, model: str, first_config):
+        from r3l.build import load_model, make_generator
+
+        self.model = model
+        self.policy, self.tokenizer = load_model(first_config)
+        self.generator = make_generator(first_config, self.policy, self.tokenizer)
+
+    def measure(self, config, n: int, mode: str, seed: int = 1234) -> dict[str, Any]:
+        from r3l.agent.episodes import trainable
+        from r3l.build import agent_limits, env_factory, sampling_params
+        from r3l.reflection.prompts import ReflectionPrompts
+        from r3l.envs import SingleTurnEnv, env_class
+        from r3l.explore import ExploreContext, make_strategy
+        from r3l.reflection.retry import as_attempt, reflect_and_retry
+        from r3l.rollout.chat import PromptFormat
+
+        make_env = env_factory(config)
+        probe = make_env()
+        tasks = list(probe.tasks("test"))[:n]
+        single_turn = issubclass(env_class(config.env.name), SingleTurnEnv)
+        params = sampling_params(config, seed)
+        if mode == "greedy":
+            params = replace(params, temperature=0.0)
+        limits = agent_limits(config)
+        context = ExploreContext(
+            make_env, self.generator, self.tokenizer, PromptFormat.from_config(config.env), limits, sampling=params,
+            group_size=2,
+            report_field_chars=config.structured.report_field_chars if config.structured.reports else None)
+        strategy = make_strategy("r3l", context, **config.algorithm.strategy_args)
+        columns = {name: Column() for name in COLUMNS}
+        try:
+            started = time.perf_counter()
+            groups = strategy._play_bases(tasks, 0, 1, seed)  # one first try per task, R3L's base episode
+            columns["first"].seconds = time.perf_counter() - started
+            runs = [group[0] for group in groups]
+            failed = [run for run in runs if not run.episode.success]
+            for run in runs:
+                columns["first"].successes += run.episode.success
+                count_replies(columns["first"], probe, run.episode.steps, single_turn)
+            columns["first"].extra["env_errors"] = sum(not trainable(run.episode) for run in runs)
+            if single_turn:
+                e = config.eval
+                prompts = ReflectionPrompts.load(e.reflect_prompt, e.retry_prompt, e.include_feedback)
+                self._r3_columns(columns, failed, make_env, prompts, params, e.reflection_max_new_tokens or 128, limits,
+                                 probe,
+                                 reflect_and_retry, as_attempt)
+            started = time.perf_counter()
+            strategy._reflect([run for run in failed if trainable(run.episode)], seed + 1)
+            columns["r3l"].extra["reports_valid"] = sum(run.reflection is not None and run.reflection.report is not None
+                                                        for run in failed)
+            columns["r3l"].extra["reports_asking_retry"] = sum(run.wants_retry for run in failed)
+            reflect_seconds = time.perf_counter() - started
+            for name, guided in (("r3l", True), ("r3l_no_guidance", False)):
+                for run in runs:
+                    run.retries = []
+                strategy.settings = strategy.settings.model_copy(update={"retry_guidance": guided})
+                started = time.perf_counter()
+                lost, _ = strategy._retry(groups, 1, seed + 2)
+                column = columns[name]
+                column.seconds = time.perf_counter() - started + reflect_seconds
+                column.extra["retries_lost"] = dict(lost)
+                pivots = []
+                for run in runs:
+                    retry = run.retries[0] if run.retries else None
+                    if retry is not None:
+                        column.tried += 1
+                        pivots.append(retry.start.pivot)
+                        count_replies(column, probe, retry.episode.steps[retry.episode.prefix_steps:], single_turn)
+                    recovered = retry is not None and retry.episode.success and not run.episode.success
+                    column.successes += run.episode.success or recovered
+                    column.recovered += recovered
+                column.extra["pivot_mean"] = sum(pivots) / len(pivots) if pivots else None
+        finally:
+            strategy.close()
+            close = getattr(probe, "close", None)
+            if close is not None:
+                close()
+        failures = len(failed)
+        result = {name: columns[name].record(len(tasks), failures) for name in COLUMNS}
+        if not single_turn:
+            result["r3"] = result["verdict"] = None
+        return {"tasks": len(tasks), "distinct_games": len({game_of(task) for task in tasks}),
+                "seconds_per_episode": columns["first"].seconds / max(1, len(tasks)), "single_turn": single_turn,
+                "temperature": params.temperature, **result}
+
+    def _r3_columns(self, columns, failed, make_env, prompts, params, reflection_tokens, limits, probe,
+                    reflect_and_retry, as_attempt):
+        from r3l.reflection.retry import retry_after_verdict
+
+        attempts = [as_attempt(run.episode) for run in failed]
+        started = time.perf_counter()
+        retries = reflect_and_retry(attempts, make_env, self.generator, prompts,
+                                    replace(params, max_new_tokens=reflection_tokens), params, n_reflections=1,
+                                    limits=limits)
+        columns["r3"].seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        control = [(c.second, c.verdict)
+                   for c in retry_after_verdict(attempts, make_env, self.generator, prompts, params, limits)]
+        columns["verdict"].seconds = time.perf_counter() - started
+        for name, outcomes in (("r3", [(group[0].second, group[0].verdict) for group in retries]),
+                               ("verdict", control)):
+            column = columns[name]
+            column.successes = columns["first"].successes
+            for second, verdict in outcomes:
+                column.tried += 1
+                column.replies += 1
+                column.missing += bool(format_missing(probe, second.text))
+                column.successes += verdict.success
+                column.recovered += verdict.success
+        columns["r3"].extra["refusals"] = sum(
+            bool(re.search(r"can(?:no|')t assist|unable to (?:assist|help)|I apologi[sz]e, but",
+                           group[0].reflection.text, re.I)) for group in retries)
+
+
+# --- the table -----------------------------------------------------------------------------------------------------
+def cell(column: dict[str, Any] | None, first: bool = False) -> str:
+    """'0.45' for a first try; '0.50 (+2/22)' for a second try: its success over all tasks and the failures it
+    recovered; '—' where the column does not apply (R3 on a multi-turn game)."""
+    if column is None:
+        return "—"
+    if first:
+        return f"{column['success']:.2f}"
+    return f"{column['success']:.2f} (+{column['recovered']}/{column['failures']})"
+
+
+def missing_cell(result: dict[str, Any]) -> str:
+    shares = []
+    for name in COLUMNS:
+        column = result.get(name)
+        share = None if column is None else column.get("format_missing")
+        shares.append("—" if share is None else f"{share:.2f}")
+    return " / ".join(shares)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ["setting", "mode", "tasks (distinct)", *HEADERS, "s/episode", "format missing (" + ", ".join(
+        ["1st", "R3", "verdict", "guided", "unguided"]) + ")"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['label']} | — | — | not built here: {row['error']} |" + " |" * (len(head) - 4))
+            continue
+        for mode, result in row["modes"].items():
+            lines.append("| " + " | ".join([
+                row["label"], f"{mode} (T={result['temperature']:g})",
+                f"{result['tasks']} ({result['distinct_games']})",
+                *(cell(result[name], first=name == "first") for name in COLUMNS),
+                f"{result['seconds_per_episode']:.1f}", missing_cell(result)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def slug(label: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("rest", nargs="*", help="setting labels (default: all), then key=value overrides")
+    parser.add_argument("--tasks", type=int, default=40, help="held-out tasks per setting")
+    parser.add_argument("--modes", default="greedy,sampled", help="greedy, sampled or both")
+    parser.add_argument("--xlam", default=None, help="an xLAM/APIGen .jsonl file (the xLAM setting needs one)")
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_intermixed_args(argv)
+    labels = [a for a in args.rest if "=" not in a] or list(SETTINGS)
+    unknown = [label for label in labels if label not in SETTINGS]
+    if unknown:
+        sys.exit(f"unknown setting(s) {unknown}; choose from {list(SETTINGS)}")
+    extra = [a for a in args.rest if "=" in a]
+    modes = [m for m in args.modes.split(",") if m]
+    if not set(modes) <= {"greedy", "sampled"}:
+        sys.exit("--modes takes greedy, sampled or both")
+
+    from r3l.config import load_config
+    from r3l.errors import UserError
+
+    def overrides_of(label: str) -> list[str]:
+        filled = [o.replace("{n}", str(args.tasks)).replace("{xlam}", str(args.xlam)) for o in SETTINGS[label]]
+        return [*SHARED, *filled, f"model={args.model}", *extra]
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    bench: Bench | None = None
     rows = []
-    print("| setting | tasks | 1st try | 2nd try | failures recovered | reflections refusing | seconds |")
-    print("|---|---|---|---|---|---|---|")
     for label in labels:
-        row = run(model, out, label, size, extra)
+        file = args.out / slug(label) / "result.json"
+        if file.exists():
+            rows.append(json.loads(file.read_text()))
+            print(f"{label}: read back from {file}", flush=True)
+            continue
+        if label.startswith("xLAM") and not args.xlam:
+            print(f"{label}: skipped (give --xlam PATH)", flush=True)
+            continue
+        row: dict[str, Any] = {"label": label, "model": args.model, "tasks": args.tasks,
+                               "overrides": overrides_of(label)}
+        try:
+            config = load_config(None, overrides_of(label))
+            if bench is None:
+                bench = Bench(args.model, config)
+            row["modes"] = {mode: bench.measure(config, args.tasks, mode, args.seed) for mode in modes}
+        except UserError as error:
+            row["error"] = str(error)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(json.dumps(row, indent=1))
         rows.append(row)
-        print(f"| {label} | {row['n']} | {row['first']:.2f} | {row['second']:.2f} | {row['recovered']}/{row['failures']} "
-              f"| {row['refusals']}/{row['failures']} | {row['seconds']:.0f} |", flush=True)
-    (out / "candidates.json").write_text(json.dumps(rows, indent=1))
+        print(table([row]).splitlines()[-1] if "error" in row else "\n".join(table([row]).splitlines()[2:]),
+              flush=True)
+    (args.out / "candidates.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "candidates.md").write_text(table(rows))
+    print("\n" + table(rows))
 
 
 if __name__ == "__main__":

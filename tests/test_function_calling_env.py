@@ -39,9 +39,13 @@ def test_bfcl_splits_are_deterministic_disjoint_and_cover_the_categories():
     categories = {task.data["category"] for task in test}
     assert categories == {"simple", "multiple", "parallel", "parallel_multiple"}
     assert sum(task.data["category"] == "simple" for task in test) == 80  # stratified: 20% of each category
-    task = test[0]
-    assert task.prompt.startswith("Available functions:\n[{") and "\n\nRequest: " in task.prompt
-    assert "<tool_call></tool_call>" in env.system_prompt
+    task = test[0]  # native (default): the request alone, the functions as the chat template's tools
+    assert task.prompt == task.data["question"] and env.system_prompt is None
+    assert [tool["function"] for tool in task.data["tools"]] == task.answer["functions"]
+    prompted = FunctionCallingEnv(tool_format="prompt").tasks("test")[0]
+    assert prompted.data["source_id"] == task.data["source_id"] and "tools" not in prompted.data
+    assert prompted.prompt.startswith("Available functions:\n[{") and "\n\nRequest: " in prompted.prompt
+    assert "<tool_call></tool_call>" in FunctionCallingEnv(tool_format="prompt").system_prompt
 
 
 @needs_bfcl
@@ -78,7 +82,7 @@ def test_bad_model_output_gives_feedback_not_errors():
     strict = FunctionCallingEnv(categories="simple", test_size=1, checker="strict")
     assert "which is not an available function" in strict.verify(
         task, '<tool_call>{"name": "__import__(\'os\')", "arguments": {}}</tool_call>').feedback
-    tagged = FunctionCallingEnv(categories="simple", test_size=1, tag="call")
+    tagged = FunctionCallingEnv(categories="simple", test_size=1, tag="call", tool_format="prompt")
     assert "<call></call>" in tagged.system_prompt and "<tool_call>" not in tagged.system_prompt
     assert tagged.verify(task, tagged.solution(task)).success
     assert not tagged.verify(task, env.solution(task)).success
@@ -92,7 +96,9 @@ def test_bad_settings_are_one_line_user_errors(tmp_path):
                                                   "got 'ast'"),
                             (dict(source="xlam"), "env.args.path is needed"),
                             (dict(source="xlam", path=str(tmp_path / "none.jsonl")), "not found"),
-                            (dict(path=str(tmp_path)), "no BFCL data for category 'simple'")]:
+                            (dict(path=str(tmp_path)), "no BFCL data for category 'simple'"),
+                            (dict(tool_format="json"), "env.args.tool_format must be one of native, prompt"),
+                            (dict(tag="call"), "env.args.tag='call' needs env.args.tool_format=prompt")]:
         with pytest.raises(UserError) as error:
             FunctionCallingEnv(**kwargs)
         assert message in str(error.value) and "\n" not in str(error.value)
@@ -171,7 +177,10 @@ def test_bfcl_folder_given_by_path(tmp_path):
         json.dumps({"id": "simple_7", "ground_truth": [{"weather": {"city": ["Oslo"]}}]}) + "\n")
     env = FunctionCallingEnv(path=str(tmp_path), categories=["simple"], test_fraction=0)
     task, = env.tasks("train")
-    assert "Context: Be brief.\n\nRequest: Weather in Oslo?" in task.prompt
+    assert task.prompt == "Context: Be brief.\n\nWeather in Oslo?"
+    prompted, = FunctionCallingEnv(path=str(tmp_path), categories=["simple"], test_fraction=0,
+                                   tool_format="prompt").tasks("train")
+    assert "Context: Be brief.\n\nRequest: Weather in Oslo?" in prompted.prompt
     assert env.verify(task, '<tool_call>{"name": "weather", "arguments": {"city": "Oslo"}}</tool_call>').success
     assert env.verify(task, '<tool_call>{"name": "weather", "arguments": {"city": "oslo"}}</tool_call>').success
     strict = FunctionCallingEnv(path=str(tmp_path), categories=["simple"], test_fraction=0, checker="strict")
@@ -197,6 +206,8 @@ def test_xlam_file_loads_splits_and_verifies_exactly(tmp_path):
     assert [t.prompt for t in test] == [t.prompt for t in FunctionCallingEnv(source="xlam", path=str(path),
                                                                              seed=3).tasks("test")]
     task = train[0]
+    assert task.prompt == task.data["question"] and task.data["tools"] == [
+        {"type": "function", "function": function} for function in task.answer["functions"]]
     index = task.data["source_id"]
     good = json.dumps({"name": "get_weather", "arguments": {"days": index, "city": f"City{index}"}})
     assert env.verify(task, f"<tool_call>{good}</tool_call>").success

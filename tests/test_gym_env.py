@@ -62,7 +62,8 @@ def test_the_shorthand_names_the_env_and_the_game():
 # --- Gymnasium: FrozenLake through its ansi render --------------------------------------------------------------
 
 def test_frozen_lake_plays_with_gymnasiums_reward_and_termination():
-    env = make("gym", id="FrozenLake-v1", make_args={"is_slippery": False})
+    env = make("gym", id="FrozenLake-v1", make_args={"is_slippery": False}, fixed_map=True,
+               distinct_games=False)
     task = env.tasks("train")[0]
     first, results = play(env, task, TO_GOAL)
     assert first.startswith("Frozen lake:") and "[S]FFF" in first and first.endswith("left, down, right, up")
@@ -90,8 +91,8 @@ def test_max_steps_ends_an_episode_and_the_splits_do_not_share_seeds():
     assert results[-1].info["feedback"] == "The episode ran out of steps (3) before a win (reward 0.00)."
     train, test = ({t.data["seed"] for t in env.tasks(split)} for split in ("train", "test"))
     assert len(train) == len(test) == 50 and not train & test
-    assert [t.id for t in env.tasks("train")] == [t.id for t in make("gym", id="FrozenLake-v1", train_size=50)
-                                                  .tasks("train")]
+    assert [t.id for t in env.tasks("train")] == [t.id for t in make("gym", id="FrozenLake-v1", train_size=50,
+                                                                     test_size=50).tasks("train")]
 
 
 def test_slippery_frozen_lake_replays_exactly():
@@ -128,7 +129,7 @@ def test_games_that_do_not_talk_text_are_refused_in_one_line():
 # --- TextArena: GuessTheNumber and Mastermind ------------------------------------------------------------------
 
 def test_guess_the_number_pays_textarenas_reward_on_the_last_move():
-    env = make("textarena", id="GuessTheNumber-v0")
+    env = make("textarena", id="GuessTheNumber-v0", test_size=5)
     task = env.tasks("train")[0]
     first = env.reset(task)
     assert "Guess The Number" in first and "Valid actions" not in first
@@ -154,7 +155,7 @@ def test_guess_the_number_pays_textarenas_reward_on_the_last_move():
 
 
 def test_the_games_closing_sentence_is_there_on_request_and_invalid_moves_are_not_admissible():
-    env = make("textarena", id="GuessTheNumber-v0", game_reason=True)
+    env = make("textarena", id="GuessTheNumber-v0", game_reason=True, test_size=5)
     env.reset(env.tasks("test")[0])
     target = secret(env)["game_number"]
     guess = 1 if target != 1 else 2
@@ -165,7 +166,7 @@ def test_the_games_closing_sentence_is_there_on_request_and_invalid_moves_are_no
 
 
 def test_a_listed_action_set_gates_what_reaches_the_game():
-    env = make("textarena", id="GuessTheNumber-v0", actions=NUMBERS)
+    env = make("textarena", id="GuessTheNumber-v0", actions=NUMBERS, test_size=5)
     task = env.tasks("train")[2]
     assert env.reset(task).endswith("Valid actions: " + ", ".join(NUMBERS))
     refused = env.step("25")
@@ -191,7 +192,7 @@ MOVES = {"GuessTheNumber-v0": lambda draw: f"[{draw.randint(1, 20)}]",
          "2048-v0-ultra-easy": lambda draw: draw.choice(["[up]", "[down]", "[left]", "[right]"])}
 
 
-@pytest.mark.parametrize("settings", [dict(id="GuessTheNumber-v0", source="textarena"),
+@pytest.mark.parametrize("settings", [dict(id="GuessTheNumber-v0", source="textarena", test_size=5),
                                       dict(id="Mastermind-v0", source="textarena"),
                                       dict(id="2048-v0-ultra-easy", source="textarena"),
                                       dict(id="R3lTest/Mastermind-v0", source="gymnasium")])
@@ -239,7 +240,7 @@ SMALL = ["model=tiny-random", "generator=scripted", "algorithm=r3l", "sampling.g
 def test_r3l_rollout_on_guess_the_number(tmp_path):
     from tests.test_r3l import check_r3l_dump
 
-    result = run_cli("rollout", *SMALL, "env=textarena:GuessTheNumber-v0", f"env.args.actions=[{','.join(NUMBERS)}]",
+    result = run_cli("rollout", *SMALL, "env=textarena:GuessTheNumber-v0", f"env.args.actions=[{','.join(NUMBERS)}]", "env.args.test_size=5",
                      "run.seed=1", "--tasks", "3", "--dump", "out.jsonl", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
@@ -276,7 +277,7 @@ def test_grpo_trains_two_steps_on_guess_the_number(tmp_path):
     GRPO a gradient; the embedded model trains the same way (2 steps took 2:20 and 5.2 GB here, too much for CI's
     share of this test)."""
     result = run_cli("train", "model=tiny-random", "generator=scripted", "algorithm=grpo",
-                     "env=textarena:GuessTheNumber-v0", f"env.args.actions=[{','.join(NUMBERS)}]",
+                     "env=textarena:GuessTheNumber-v0", f"env.args.actions=[{','.join(NUMBERS)}]", "env.args.test_size=5",
                      "sampling.group_size=4", "train.tasks_per_step=2", "train.steps=2", "sampling.max_new_tokens=32",
                      "eval.size=2", "logging.tensorboard=false", "logging.progress=false", f"run.dir={tmp_path}",
                      cwd=tmp_path, timeout=600)

@@ -2,7 +2,8 @@
 
 For every environment whose data comes with a scorer (arithmetic, gsm, countdown), each task gets a set of
 perturbed replies (correct, off by one, other spellings of the number, restated expressions, stated results,
-other operator symbols ...). reasoning-gym's pipeline (`extract_answer`, then the dataset's `score_answer`;
+other operator symbols ...), and arithmetic and gsm also get the same answers in \\boxed{} under
+`answer_format` boxed and either (with the prompt itself as a reply). reasoning-gym's pipeline (`extract_answer`, then the dataset's `score_answer`;
 success is a score of 1.0, its partial credit is not a success) and the environment's `verify` grade each
 reply. Every disagreement must be one of the deliberate differences listed in docs/VERIFIERS.md, each a
 named predicate here; any other disagreement fails the test with the case printed.
@@ -19,6 +20,7 @@ import pytest
 reasoning_gym = pytest.importorskip("reasoning_gym")
 from reasoning_gym.utils import extract_answer  # noqa: E402
 
+from r3l.envs.answer import extract_answer as read_answer  # noqa: E402
 from r3l.envs.answer import extract_tagged, parse_number_literal  # noqa: E402
 from r3l.envs.arithmetic import ArithmeticEnv, GsmEnv, ReasoningGymEnv  # noqa: E402
 from r3l.envs.base import Task  # noqa: E402
@@ -33,13 +35,16 @@ class Case(NamedTuple):
     completion: str
     ours: bool
     official: bool
+    read: str = ""  # the answer r3l read, in its environment's answer format
+    official_on_read: bool = False  # reasoning-gym's scorer on the answer r3l read (without its own extraction)
 
 
 Difference = Callable[[Case, Task], bool]
+FORMATS = {"arithmetic_boxed": "boxed", "gsm_boxed": "boxed", "gsm_either": "either"}  # the others: tags
 
 
 def _answer(case: Case) -> str:
-    return extract_tagged(case.completion) or ""
+    return case.read
 
 
 def _tag_spelling(case: Case, task: Task) -> bool:
@@ -78,18 +83,39 @@ def _decimal_numbers(case: Case, task: Task) -> bool:
     return case.ours and not case.official and re.search(r"\d\.\d", _answer(case)) is not None
 
 
+NUMERIC = {"numeric_forms": _numeric_forms}
+GSM = {"numeric_forms": _numeric_forms, "number_alone": _number_alone, "minus_sign": _minus_sign}
+
+
+def _boxed_answer(judged: dict[str, Difference]) -> Difference:
+    """r3l reads the answer in \\boxed{} (answer_format boxed; either: where the reply has no <answer> block), which
+    reasoning-gym's pipeline never reads: the disagreement is only where the answer is read when r3l's verdict is
+    reasoning-gym's scorer on the answer r3l read, or differs from it by one of the `judged` differences."""
+
+    def holds(case: Case, task: Task) -> bool:
+        from_box = FORMATS[case.env] == "boxed" or extract_tagged(case.completion) is None
+        if not from_box or case.read == (extract_answer(case.completion) or ""):
+            return False
+        on_read = case._replace(official=case.official_on_read)
+        return case.ours == case.official_on_read or any(judge(on_read, task) for judge in judged.values())
+
+    return holds
+
+
 DIFFERENCES: dict[str, dict[str, Difference]] = {
-    "arithmetic": {"tag_spelling": _tag_spelling, "numeric_forms": _numeric_forms},
-    "gsm": {"tag_spelling": _tag_spelling, "numeric_forms": _numeric_forms, "number_alone": _number_alone,
-            "minus_sign": _minus_sign},
+    "arithmetic": {"tag_spelling": _tag_spelling, **NUMERIC},
+    "arithmetic_boxed": {"boxed_answer": _boxed_answer(NUMERIC), **NUMERIC},
+    "gsm": {"tag_spelling": _tag_spelling, **GSM},
+    "gsm_boxed": {"boxed_answer": _boxed_answer(GSM), "numeric_forms": _numeric_forms, "number_alone": _number_alone},
+    "gsm_either": {"boxed_answer": _boxed_answer(GSM), "numeric_forms": _numeric_forms},
     "countdown": {"tag_spelling": _tag_spelling, "stated_result": _stated_result,
                   "operator_symbols": _operator_symbols, "decimal_numbers": _decimal_numbers},
 }
 
 
-def number_replies(gold: int, restated: list[str]) -> dict[str, str]:
-    """Answers to a question whose answer is the integer `gold`."""
-    answers = {
+def number_answers(gold: int, restated: list[str]) -> dict[str, str]:
+    """Answers to a question whose answer is the integer `gold`, by kind."""
+    return {
         "correct": f"{gold}", "off_by_one_up": f"{gold + 1}", "off_by_one_down": f"{gold - 1}",
         "decimal_zero": f"{gold}.0", "decimal_zeros": f"{gold}.00", "plus_sign": f"+{gold}" if gold >= 0 else "",
         "negated": f"{-gold}" if gold else "", "thousands": f"{gold:,}", "dollars": f"${gold}",
@@ -99,10 +125,30 @@ def number_replies(gold: int, restated: list[str]) -> dict[str, str]:
         "empty": "", "sentence": f"The answer is {gold}.",
         **{f"restated_{index}": expression for index, expression in enumerate(restated)},
     }
+
+
+def number_replies(gold: int, restated: list[str]) -> dict[str, str]:
+    """Replies to a question whose answer is the integer `gold`, the answer in <answer> tags."""
+    answers = number_answers(gold, restated)
     replies = {kind: f"Let me think. <answer>{answer}</answer>" for kind, answer in answers.items() if answer}
     replies.update({"tag_upper": f"<ANSWER>{gold}</ANSWER>", "tag_spaced": f"< answer >{gold}</ answer >",
                     "no_tags": f"The answer is {gold}.", "two_blocks": f"<answer>{gold + 1}</answer> no, "
                                                                        f"<answer>{gold}</answer>"})
+    return replies
+
+
+def boxed_replies(gold: int, restated: list[str], prompt: str) -> dict[str, str]:
+    """The same answers in \\boxed{}, and where tags and boxes meet, disagree or break; the prompt copied."""
+    answers = number_answers(gold, restated)
+    replies = {kind: f"Adding it up, the answer is \\boxed{{{answer}}}." for kind, answer in answers.items() if answer}
+    replies.update({
+        "tags_only": f"Let me think. <answer>{gold}</answer>", "boxed_in_tags": f"<answer>\\boxed{{{gold}}}</answer>",
+        "tags_right_box_wrong": f"<answer>{gold}</answer> or \\boxed{{{gold + 1}}}",
+        "tags_wrong_box_right": f"<answer>{gold + 1}</answer> or \\boxed{{{gold}}}",
+        "two_boxes": f"\\boxed{{{gold + 1}}} no, \\boxed{{{gold}}}", "double_braces": f"\\boxed{{{{{gold}}}}}",
+        "box_empty": "\\boxed{}", "box_unclosed": f"\\boxed{{{gold}", "box_then_number": f"\\boxed{{{gold}}} and {gold + 5}",
+        "prompt": prompt, "prompt_boxed": f"{prompt}\n\\boxed{{{restated[0]}}}",
+    })
     return replies
 
 
@@ -122,30 +168,39 @@ def countdown_replies(solution: str, numbers: list[int], target: int) -> dict[st
     return replies
 
 
-def grade(env: ReasoningGymEnv, task: Task, entry: dict, replies: dict[str, str]) -> list[Case]:
+def grade(env: ReasoningGymEnv, task: Task, entry: dict, replies: dict[str, str], label: str = "") -> list[Case]:
     dataset = reasoning_gym.create_dataset(env.dataset_name, size=1, seed=0)
-    return [Case(env.name, kind, completion, env.verify(task, completion).success,
-                 dataset.score_answer(extract_answer(completion), entry) == 1.0)
-            for kind, completion in replies.items()]
+    answer_format = getattr(env, "answer_format", "tags")
+    cases = []
+    for kind, completion in replies.items():
+        read = read_answer(completion, answer_format) or ""
+        cases.append(Case(label or env.name, kind, completion, env.verify(task, completion).success,
+                          dataset.score_answer(extract_answer(completion), entry) == 1.0, read,
+                          dataset.score_answer(read or None, entry) == 1.0))
+    return cases
 
 
-def arithmetic_cases(env: ArithmeticEnv) -> list[tuple[Case, Task]]:
+def arithmetic_cases(env: ArithmeticEnv, label: str = "arithmetic") -> list[tuple[Case, Task]]:
     cases = []
     for task in env.tasks("test"):
         expression = task.data["expression"]
         entry = {"question": task.data["question"], "answer": task.answer, "metadata": task.data}
-        replies = number_replies(int(task.answer), [expression, expression.replace(" ", "")])
-        cases += [(case, task) for case in grade(env, task, entry, replies)]
+        restated = [expression, expression.replace(" ", "")]
+        replies = (number_replies(int(task.answer), restated) if env.answer_format == "tags"
+                   else boxed_replies(int(task.answer), restated, task.prompt))
+        cases += [(case, task) for case in grade(env, task, entry, replies, label)]
     return cases
 
 
-def gsm_cases(env: GsmEnv) -> list[tuple[Case, Task]]:
+def gsm_cases(env: GsmEnv, label: str = "gsm") -> list[tuple[Case, Task]]:
     cases = []
     for task in env.tasks("test"):
         gold = int(task.answer)
         entry = {"question": task.data["question"], "answer": task.answer, "metadata": task.data}
-        replies = number_replies(gold, [f"{gold - 1} + 1", f"{gold + 2} - 2", f"{2 * gold} / 2"])
-        cases += [(case, task) for case in grade(env, task, entry, replies)]
+        restated = [f"{gold - 1} + 1", f"{gold + 2} - 2", f"{2 * gold} / 2"]
+        replies = (number_replies(gold, restated) if env.answer_format == "tags"
+                   else boxed_replies(gold, restated, task.prompt))
+        cases += [(case, task) for case in grade(env, task, entry, replies, label)]
     return cases
 
 
@@ -166,6 +221,10 @@ def all_cases() -> dict[str, list[tuple[Case, Task]]]:
         "arithmetic": arithmetic_cases(ArithmeticEnv(seed=3, train_size=0, test_size=80)),
         "gsm": gsm_cases(GsmEnv(seed=3, train_size=0, test_size=40)),
         "countdown": countdown_cases(CountdownEnv(seed=3, train_size=0, test_size=80)),
+        "arithmetic_boxed": arithmetic_cases(ArithmeticEnv(seed=3, train_size=0, test_size=40, answer_format="boxed"),
+                                             "arithmetic_boxed"),
+        "gsm_boxed": gsm_cases(GsmEnv(seed=3, train_size=0, test_size=40, answer_format="boxed"), "gsm_boxed"),
+        "gsm_either": gsm_cases(GsmEnv(seed=3, train_size=0, test_size=40, answer_format="either"), "gsm_either"),
     }
 
 
@@ -181,7 +240,10 @@ def agreement_table(cases: list[tuple[Case, Task]]) -> Counter[str]:
     return counts
 
 
-@pytest.mark.parametrize("env_name", ["arithmetic", "gsm", "countdown"])
+ALL = ["arithmetic", "gsm", "countdown", "arithmetic_boxed", "gsm_boxed", "gsm_either"]
+
+
+@pytest.mark.parametrize("env_name", ALL)
 def test_every_disagreement_with_the_official_scorer_is_a_documented_difference(all_cases, env_name):
     cases = all_cases[env_name]
     unexplained = [(case.kind, case.completion, f"r3l={case.ours}", f"reasoning-gym={case.official}", task.answer)
@@ -189,17 +251,36 @@ def test_every_disagreement_with_the_official_scorer_is_a_documented_difference(
     assert not unexplained, f"{len(unexplained)} unexplained disagreements, e.g. {unexplained[:5]}"
     table = agreement_table(cases)
     print(f"\n{env_name}: {len(cases)} cases, {dict(table)}")
-    assert len(cases) >= 1000 and table["agree"] >= 0.6 * len(cases)
+    assert len(cases) >= 1000
+    if env_name in FORMATS:  # reasoning-gym reads tags only; its scorer on the answer r3l read mostly agrees
+        assert sum(case.ours == case.official_on_read for case, _ in cases) >= 0.6 * len(cases)
+    else:
+        assert table["agree"] >= 0.6 * len(cases)
 
 
-@pytest.mark.parametrize("env_name", ["arithmetic", "gsm", "countdown"])
+@pytest.mark.parametrize("env_name", ALL)
 def test_correct_answers_are_rewarded_and_restated_questions_are_not(all_cases, env_name):
+    never = ("plus_zero", "over_one", "doubled_over_two", "with_equals", "stated_wrong_result", "off_target",
+             "prompt", "prompt_boxed", "box_empty", "box_unclosed")
     for case, _ in all_cases[env_name]:
         if case.kind == "correct":
-            assert case.ours and case.official, case
-        if case.kind.startswith("restated") or case.kind in ("plus_zero", "over_one", "doubled_over_two",
-                                                             "with_equals", "stated_wrong_result", "off_target"):
+            assert case.ours and (case.official or env_name in FORMATS), case
+        if case.kind.startswith("restated") or case.kind in never:
             assert not case.ours, case
+
+
+@pytest.mark.parametrize("env_name, rewarded, refused", [
+    ("gsm_boxed", {"boxed_in_tags", "tags_wrong_box_right", "two_boxes", "box_then_number"},
+     {"tags_only", "tags_right_box_wrong", "double_braces"}),
+    ("gsm_either", {"tags_only", "boxed_in_tags", "two_boxes", "box_then_number", "tags_right_box_wrong"},
+     {"tags_wrong_box_right", "double_braces"}),
+])
+def test_where_each_format_reads_the_answer(all_cases, env_name, rewarded, refused):
+    """boxed: the last \\boxed{} (balanced), tags ignored; either: the <answer> block first, else the last box; a
+    box holds the number alone ('{153}' is not one)."""
+    for case, _ in all_cases[env_name]:
+        if case.kind in rewarded | refused:
+            assert case.ours == (case.kind in rewarded), case
 
 
 def test_each_deliberate_difference_is_documented_and_seen(all_cases):

@@ -7,7 +7,9 @@ at the pivot); then a `distilled` conversation gets the same turns without the g
 
 Episodes end when the environment says done, or early, each reason counted in `termination`:
 a reply with no action (format_error), an action the environment does not accept (inadmissible), the same
-action `repeat_limit` times in a row (repeated_action), `max_turns` turns, or the context limit. A retry
+action `repeat_limit` times in a row with every repeat leaving the observation as it was (repeated_action: stuck,
+where a repeated move that changes the game, a step along a corridor, goes on), `max_turns` turns, or the context
+limit. A retry
 whose replay does not reproduce the base observation ends with `replay_mismatch` before generating.
 An environment that raises, or hangs past `env_timeout` seconds, ends its episode with `env_error`: the
 episode is not trained (strategies drop it), its task id is printed, and the environment is replaced.
@@ -33,6 +35,7 @@ from r3l.agent.env_process import EnvironmentProcessDied, ProcessEnv
 from r3l.agent.prompt_copy import watched_copy
 from r3l.envs import Env, StepResult, Task
 from r3l.envs.reply_grammar import ReplyFormat
+from r3l.envs.tool_calls import chat_tools
 from r3l.errors import UserError
 from r3l.logging.progress import console
 from r3l.rollout.chat import PromptFormat
@@ -137,6 +140,17 @@ def _normalised(action: str) -> str:
     return " ".join(action.lower().split())
 
 
+def stuck_repeating(actions: Sequence[str | None], observations: Sequence[str], limit: int) -> bool:
+    """Whether the last `limit` moves played one action (case and spacing aside) and each repeat of it left the
+    observation as it was: `actions[i]` was played on `observations[i]` and gave `observations[i + 1]`."""
+    if len(actions) < limit or len(observations) != len(actions) + 1:
+        return False
+    last = actions[-limit:]
+    if any(action is None for action in last) or len({_normalised(a) for a in last if a is not None}) != 1:
+        return False
+    return all(observations[i] == observations[i + 1] for i in range(len(actions) - limit + 1, len(actions)))
+
+
 class EpisodeRunner:
     def __init__(
         self,
@@ -186,21 +200,24 @@ class EpisodeRunner:
         return guarded_call(env, timeout, env.replay, start.task, actions)
 
     def _begin(self, start: EpisodeStart, env: Env, opened: str | EnvFailure) -> Trajectory:
-        """The episode's conversation from the observation `_open` returned (or its failure)."""
+        """The episode's conversation from the observation `_open` returned (or its failure), with the tools the
+        task offers (function calling) given to the chat template."""
+        tools = chat_tools(start.task)
         if isinstance(opened, EnvFailure):
             messages = self.prompt_format.messages(start.task.prompt, env.system_prompt)
-            trajectory = Trajectory(start.task, TokenConversation.start(self.tokenizer, messages))
+            trajectory = Trajectory(start.task, TokenConversation.start(self.tokenizer, messages, tools=tools))
             self._env_error(trajectory, f"while {'replaying' if start.base else 'starting'} the episode", opened)
             return trajectory
         observation = opened
         if start.base is None:
             messages = self.prompt_format.messages(observation, env.system_prompt)
-            return Trajectory(start.task, TokenConversation.start(self.tokenizer, messages), observation=observation)
+            conversation = TokenConversation.start(self.tokenizer, messages, tools=tools)
+            return Trajectory(start.task, conversation, observation=observation)
         base, pivot = start.base, start.pivot
         guided_text = with_guidance(start.guidance, observation)
         if pivot == 0:
             guided = TokenConversation.start(
-                self.tokenizer, self.prompt_format.messages(guided_text, env.system_prompt)
+                self.tokenizer, self.prompt_format.messages(guided_text, env.system_prompt), tools=tools
             )
         else:
             guided = base.conversation.after_turn(pivot - 1)
@@ -333,7 +350,7 @@ class EpisodeRunner:
         return [group[0] for group in self.generator.generate(prompts, params, n=1, constraints=constraints)]
 
     def _act(self, trajectory: Trajectory, completion: Completion) -> str | None:
-        """Record the reply; the action to play, or None when the reply ends the episode (no action, a repeat)."""
+        """Record the reply; the action to play, or None when the reply ends the episode (no action)."""
         limits = self.limits
         trajectory.conversation.add_assistant(completion, trained=True)
         if trajectory.distilled is not None:
@@ -349,21 +366,7 @@ class EpisodeRunner:
                 f"The episode was stopped at step {number}: the reply had no action in <{tag}></{tag}> tags.",
             )
             return None
-        action = parsed.action if parsed.action is not None else completion.text
-        recent = [s.played for s in trajectory.steps[-limits.repeat_limit : -1]]
-        if (
-            "repeated_action" in limits.terminate_on
-            and len(recent) == limits.repeat_limit - 1
-            and all(p is not None and _normalised(p) == _normalised(action) for p in recent)
-        ):
-            self._finish(
-                trajectory,
-                "repeated_action",
-                f"The episode was stopped at step {number}: the action '{action}' was chosen "
-                f"{limits.repeat_limit} times in a row.",
-            )
-            return None
-        return action
+        return parsed.action if parsed.action is not None else completion.text
 
     def _conclude(
         self,
@@ -390,6 +393,16 @@ class EpisodeRunner:
                 trajectory,
                 "inadmissible",
                 f"The episode was stopped at step {number}: '{action}' is not a valid action here.",
+            )
+        observations = [s.observation for s in trajectory.steps] + [outcome.observation]
+        if "repeated_action" in limits.terminate_on and stuck_repeating(
+            trajectory.actions, observations, limits.repeat_limit
+        ):
+            return self._finish(
+                trajectory,
+                "repeated_action",
+                f"The episode was stopped at step {number}: the action '{action}' was played {limits.repeat_limit} "
+                "times in a row without changing anything.",
             )
         if number >= limits.max_turns:
             return self._finish(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from r3l.envs.answer import extract_tagged
+from r3l.envs.answer import extract_boxed, extract_tagged
 
 _OPERAND = r"(?:\d+(?:\.\d+)?|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))"  # a number or a one-letter variable
 _EXPRESSION = re.compile(rf"[-(]*{_OPERAND}\)*(?:(?:\s*[-+*/^×÷])+\s*[-(]*{_OPERAND}\)*)+")
@@ -34,8 +34,11 @@ def copied_expressions(answer: str, prompt: str) -> list[str]:
 
 
 def copies_prompt(reply: str, prompt: str) -> bool:
-    """Whether the reply's answer (its last <answer> block, else the whole reply) copies an expression of the prompt."""
+    """Whether the reply's answer (its last <answer> block, else its last \\boxed{}, else the whole reply) copies an
+    expression of the prompt."""
     answer = extract_tagged(reply)
+    if answer is None:
+        answer = extract_boxed(reply)
     return bool(copied_expressions(reply if answer is None else answer, prompt))
 
 

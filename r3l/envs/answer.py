@@ -1,5 +1,9 @@
 """Pull the final answer out of a model reply (a tagged block, a \\boxed{} value, or else the last number) and
-read a number written out, telling it apart from an expression that still needs computing."""
+read a number written out, telling it apart from an expression that still needs computing.
+
+Answer formats (a verifier setting, `env.args.answer_format`): 'tags' reads the last `<answer></answer>` block,
+'boxed' the last `\\boxed{}`, 'either' the last `<answer>` block and, where the reply has none, the last
+`\\boxed{}`; 'any' (the `dataset` environment's default) also falls back to the reply's last number."""
 
 from __future__ import annotations
 
@@ -111,3 +115,29 @@ def extract_boxed(text: str) -> str | None:
         if depth == 0:
             return tail[start:position].strip()
     return None
+
+
+ANSWER_FORMATS = ("tags", "boxed", "either", "any")
+
+
+def extract_answer(text: str, answer_format: str) -> str | None:
+    """The answer a reply gives in `answer_format` ('any' reads as 'either' here: its last-number fallback is the
+    verifier's), or None when the reply has none in that format."""
+    if answer_format == "tags":
+        return extract_tagged(text)
+    if answer_format == "boxed":
+        return extract_boxed(text)
+    if answer_format in ("either", "any"):
+        tagged = extract_tagged(text)
+        return tagged if tagged is not None else extract_boxed(text)
+    raise ValueError(f"unknown answer format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
+
+
+def where_answers_go(answer_format: str) -> str:
+    """Where a reply in `answer_format` puts its answer, for instructions and feedback."""
+    return {
+        "tags": "inside <answer></answer> tags",
+        "boxed": "in \\boxed{}",
+        "either": "inside <answer></answer> tags or in \\boxed{}",
+        "any": "inside <answer></answer> tags or in \\boxed{}",
+    }[answer_format]

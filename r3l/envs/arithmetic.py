@@ -17,15 +17,21 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, ClassVar, overload
 
 from r3l.envs import register
-from r3l.envs.answer import extract_tagged
+from r3l.envs.answer import extract_answer, where_answers_go
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
-from r3l.envs.reply_grammar import NUMBER, answer_constraint
+from r3l.envs.reply_grammar import NUMBER, answer_constraint, boxed_constraint
 from r3l.envs.safe_math import ExpressionError, evaluate
 from r3l.envs.verifiers import verify_math
 from r3l.errors import UserError
 
 SPLITS = ("train", "test")
-ANSWER_INSTRUCTION = "Reason step by step, then put only the final answer (a number) inside <answer></answer> tags."
+ANSWER_FORMATS = ("tags", "boxed", "either")  # r3l/envs/answer.py; 'any' (a last number counts) is not offered here
+
+
+def answer_instruction(answer_format: str) -> str:
+    """The default text after each question: where the final answer goes in `answer_format`."""
+    return f"Reason step by step, then put only the final answer (a number) {where_answers_go(answer_format)}."
+
 
 Item = dict[str, Any]  # reasoning-gym's record: question, answer, metadata
 
@@ -110,7 +116,15 @@ class ReasoningGymEnv(SingleTurnEnv):
         self.seed = seed
         self.train_size = train_size
         self.test_size = test_size
-        key = (type(self).__name__, self.source_name(), seed, train_size, test_size, tuple(sorted(config.items())))
+        key = (
+            type(self).__name__,
+            self.source_name(),
+            seed,
+            train_size,
+            test_size,
+            tuple(sorted(config.items())),
+            self.prompt_settings(),
+        )
         self._splits = _shared_splits(key, lambda: self._build_splits(config))
 
     def _build_splits(self, config: dict[str, Any]) -> dict[str, SplitView]:
@@ -130,6 +144,10 @@ class ReasoningGymEnv(SingleTurnEnv):
     @abstractmethod
     def prompt(self, item: Item) -> str:
         """The user message for a drawn item."""
+
+    def prompt_settings(self) -> Hashable:
+        """The settings a task's prompt depends on besides its item (tasks are shared only where they agree)."""
+        return ()
 
     def keep(self, item: Item) -> bool:
         """Whether a drawn item is a sound task; rejected items are skipped."""
@@ -172,12 +190,15 @@ class ReasoningGymEnv(SingleTurnEnv):
 
 
 class _TaggedAnswerEnv(ReasoningGymEnv):
-    """Question plus an instruction to answer in <answer></answer> tags; graded with math-verify."""
+    """Question plus an instruction to answer in <answer></answer> tags (or \\boxed{}: `answer_format`); graded with
+    the numeric reading of `verify_math`."""
 
     argument_help: ClassVar[dict[str, str]] = {
         "reveal_answer_in_feedback": "say the correct answer in the feedback after a wrong answer (off by default: "
         "R3L's reflection, R3 with include_feedback and the math dialogue show the feedback to the model)",
-        "instruction": "the text after each question (empty: the question alone)",
+        "answer_format": "where the final answer is read: tags (the last <answer></answer> block), boxed (the last "
+        "\\boxed{}) or either (the last <answer> block, else the last \\boxed{})",
+        "instruction": "the text after each question (null: the answer format's own; empty: the question alone)",
     }
 
     def __init__(
@@ -188,23 +209,34 @@ class _TaggedAnswerEnv(ReasoningGymEnv):
         test_size: int,
         reveal_answer_in_feedback: bool,
         config: dict[str, Any],
-        instruction: str = ANSWER_INSTRUCTION,
+        answer_format: str = "tags",
+        instruction: str | None = None,
     ):
+        if answer_format not in ANSWER_FORMATS:
+            raise UserError(f"env.args.answer_format must be one of {', '.join(ANSWER_FORMATS)}, got {answer_format!r}")
         self.reveal_answer_in_feedback = reveal_answer_in_feedback
-        self.instruction = instruction
+        self.answer_format = answer_format
+        self.instruction = answer_instruction(answer_format) if instruction is None else instruction
         super().__init__(seed=seed, train_size=train_size, test_size=test_size, config=config)
 
     def prompt(self, item: Item) -> str:
         return f"{item['question']}\n\n{self.instruction}" if self.instruction else item["question"]
 
+    def prompt_settings(self) -> Hashable:
+        return self.instruction
+
     def verify(self, task: Task, completion: str) -> Verdict:
-        return verify_math(completion, task.answer, reveal_answer=self.reveal_answer_in_feedback, require_tags=True)
+        return verify_math(
+            completion, task.answer, reveal_answer=self.reveal_answer_in_feedback, answer_format=self.answer_format
+        )
 
     def reply_constraint(self, reply):
+        if self.answer_format == "boxed":
+            return boxed_constraint(NUMBER, reply)
         return answer_constraint("answer", NUMBER, reply)
 
     def answer_format_missing(self, reply: str) -> bool | None:
-        return extract_tagged(reply) is None
+        return extract_answer(reply, self.answer_format) is None
 
 
 @register("arithmetic")
@@ -236,7 +268,8 @@ class ArithmeticEnv(_TaggedAnswerEnv):
         allow_parentheses: bool = True,
         allow_negation: bool = True,
         reveal_answer_in_feedback: bool = False,
-        instruction: str = ANSWER_INSTRUCTION,
+        answer_format: str = "tags",
+        instruction: str | None = None,
     ):
         config = dict(
             min_terms=min_terms,
@@ -253,6 +286,7 @@ class ArithmeticEnv(_TaggedAnswerEnv):
             test_size=test_size,
             reveal_answer_in_feedback=reveal_answer_in_feedback,
             config=config,
+            answer_format=answer_format,
             instruction=instruction,
         )
 
@@ -278,7 +312,8 @@ class GsmEnv(_TaggedAnswerEnv):
         train_size: int = 2000,
         test_size: int = 200,
         reveal_answer_in_feedback: bool = False,
-        instruction: str = ANSWER_INSTRUCTION,
+        answer_format: str = "tags",
+        instruction: str | None = None,
     ):
         super().__init__(
             seed=seed,
@@ -286,6 +321,7 @@ class GsmEnv(_TaggedAnswerEnv):
             test_size=test_size,
             reveal_answer_in_feedback=reveal_answer_in_feedback,
             config={},
+            answer_format=answer_format,
             instruction=instruction,
         )
 

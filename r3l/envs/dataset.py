@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from r3l.envs import register
+from r3l.envs.answer import ANSWER_FORMATS
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.reward_functions import RewardFn, call_reward_function, load_reward_function, one_line
 from r3l.envs.verifiers import VERIFIERS, Verifier
@@ -39,6 +40,8 @@ class DatasetEnv(SingleTurnEnv):
         "prompt_column": "the column holding each prompt (a string)",
         "answer_column": "the column holding each reference answer (needed unless reward_fn is set)",
         "verifier": "how an answer is graded: " + ", ".join(VERIFIERS.names()) + " (default math)",
+        "answer_format": "where the verifier reads the answer: tags, boxed, either (tags, else \\boxed{}) or any "
+        "(either, else the last number; null: the verifier's own, any for math and numeric, tags for exact)",
         "reward_fn": "instead of a verifier: 'package.module:function' or 'file.py:function' with TRL's signature",
         "success_threshold": "with reward_fn: the reward that counts as a success",
         "test_fraction": "share of the rows held out for evaluation when the data has no test split",
@@ -54,6 +57,7 @@ class DatasetEnv(SingleTurnEnv):
         prompt_column: str = "prompt",
         answer_column: str = "answer",
         verifier: str | None = None,
+        answer_format: str | None = None,
         reward_fn: str | None = None,
         success_threshold: float = 1.0,
         test_fraction: float = 0.1,
@@ -65,6 +69,11 @@ class DatasetEnv(SingleTurnEnv):
             raise UserError("set either env.args.verifier or env.args.reward_fn, not both")
         if not 0 <= test_fraction < 1:
             raise UserError(f"env.args.test_fraction must be in [0, 1), got {test_fraction}")
+        if answer_format is not None and answer_format not in ANSWER_FORMATS:
+            raise UserError(f"env.args.answer_format must be one of {', '.join(ANSWER_FORMATS)}, got {answer_format!r}")
+        if answer_format is not None and reward_fn is not None:
+            raise UserError("env.args.answer_format applies to a verifier; a reward_fn reads replies itself")
+        self.answer_format = answer_format
         self.prompt_column = prompt_column
         self.answer_column = answer_column
         self.success_threshold = success_threshold
@@ -91,7 +100,9 @@ class DatasetEnv(SingleTurnEnv):
         if self._reward_fn is not None:
             return self._verify_with_reward_fn(self._reward_fn, task, completion)
         assert self._verifier is not None
-        return self._verifier(completion, str(task.answer), reveal_answer=self.reveal_answer_in_feedback)
+        return self._verifier(
+            completion, str(task.answer), reveal_answer=self.reveal_answer_in_feedback, answer_format=self.answer_format
+        )
 
     def _verify_with_reward_fn(self, reward_fn: RewardFn, task: Task, completion: str) -> Verdict:
         reward = call_reward_function(reward_fn, str(self.reward_fn_path), task, completion, "env.args.reward_fn")

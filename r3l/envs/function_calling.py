@@ -12,6 +12,17 @@ Two sources:
   `query`, `tools` and `answers` (JSON strings or values; answers are [{name, arguments}]); graded with
   `verify_exact`, the rule R3 trains with, whatever `checker` says.
 
+How the tools reach the model (`tool_format`):
+- 'native' (default): the model's own format. The tools go to the chat template's `tools=` (each function document
+  as written, BFCL's or xLAM's, in OpenAI's {"type": "function", "function": ...} form), which lists them
+  in its system message and teaches `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` replies; the user
+  message is the request alone, and the environment adds no system prompt (BFCL's own system messages, where a
+  task has them, stand before the request as "Context:"). A template without a tool format gets the same tool
+  block written into its system message by r3l (`r3l.rollout.chat`), so the reply format is the same either way.
+- 'prompt': r3l's own instruction as the system prompt and the functions listed as JSON in the user message
+  (before issue 36 the only format), with any reply `tag`.
+Either way a reply's calls are read from its `<tag>` blocks and graded by the same checker.
+
 Splits are fixed by `seed`: each BFCL category (or the xLAM file) is shuffled and its first
 `test_fraction` becomes the test split, so the splits never share a task; `train_size`/`test_size` then
 cap each split without changing which tasks belong to it.
@@ -46,6 +57,7 @@ from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.bfcl_checker import load_ast_checker, official_verdict
 from r3l.envs.dataset import file_stamp
+from r3l.envs.reply_grammar import tool_call_constraint
 from r3l.envs.tool_calls import (
     Call,
     ToolCallFormatError,
@@ -81,13 +93,15 @@ SYSTEM_PROMPT = (
     "values with the JSON types the schema asks for. Make every call the request needs and no other."
 )
 USER_PROMPT = "Available functions:\n{functions}\n\n{context}Request: {question}"
+NATIVE_USER_PROMPT = "{context}{question}"
+TOOL_FORMATS = ("native", "prompt")
 
 
 @register("function_calling")
 class FunctionCallingEnv(SingleTurnEnv):
     name = "function_calling"
     description = "Function calling: answer with JSON tool calls in <tool_call> tags (BFCL or xLAM data)."
-    system_prompt = SYSTEM_PROMPT.format(tag="tool_call")
+    system_prompt: str | None = None  # native: the chat template's own tool instructions
     watch_prompt_copies = False  # arguments quote the request ('2024-01-05', '555-1234') by design
     argument_help = {
         "source": "where tasks come from: bfcl (the BFCL files of bfcl-eval, or `path`) or xlam (a file at `path`)",
@@ -95,7 +109,9 @@ class FunctionCallingEnv(SingleTurnEnv):
         "path": "bfcl: a folder of BFCL files instead of bfcl-eval's; xlam: the .jsonl/.json file (required)",
         "seed": "the seed of the split (each category shuffled, its first test_fraction held out)",
         "test_fraction": "share of each category (or of the xLAM file) held out as the test split",
-        "tag": "the tag a reply writes its calls in: <tag>{...}</tag>",
+        "tool_format": "native: the tools go to the chat template (the model's own <tool_call> format); prompt: "
+        "r3l's instruction and the functions listed in the user message",
+        "tag": "the tag a reply writes its calls in: <tag>{...}</tag> (tool_format=prompt only; native: tool_call)",
         "train_size": "at most this many train tasks (null: all)",
         "test_size": "at most this many test tasks (null: all)",
         "checker": "BFCL grading: official (bfcl-eval's AST checker), strict or lenient (r3l's)",
@@ -109,6 +125,7 @@ class FunctionCallingEnv(SingleTurnEnv):
         path: str | None = None,
         seed: int = 0,
         test_fraction: float = 0.2,
+        tool_format: str = "native",
         tag: str = "tool_call",
         train_size: int | None = None,
         test_size: int | None = None,
@@ -126,10 +143,18 @@ class FunctionCallingEnv(SingleTurnEnv):
                 raise UserError(f"env.args.{setting} must be a whole number >= 0 or null, got {size!r}")
         if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][\w\-]*", tag):
             raise UserError(f"env.args.tag must be a tag name like 'tool_call', got {tag!r}")
+        if tool_format not in TOOL_FORMATS:
+            raise UserError(f"env.args.tool_format must be one of {', '.join(TOOL_FORMATS)}, got {tool_format!r}")
+        if tool_format == "native" and tag != "tool_call":
+            raise UserError(
+                f"env.args.tag={tag!r} needs env.args.tool_format=prompt: the native format's tag is the chat "
+                "template's <tool_call>"
+            )
         self.source = source
         self.tag = tag
         self.checker = checker
-        if tag != "tool_call":
+        self.tool_format = tool_format
+        if tool_format == "prompt":
             self.system_prompt = SYSTEM_PROMPT.format(tag=tag)
         if source == "bfcl":
             categories = (categories,) if isinstance(categories, str) else tuple(categories)
@@ -146,8 +171,8 @@ class FunctionCallingEnv(SingleTurnEnv):
             self.categories = ()
             splits = load_xlam(str(path), file_stamp(str(path)), seed, test_fraction)
         self._tasks = {
-            "train": _numbered(splits["train"][:train_size], "train"),
-            "test": _numbered(splits["test"][:test_size], "test"),
+            "train": _numbered(splits["train"][:train_size], "train", tool_format),
+            "test": _numbered(splits["test"][:test_size], "test", tool_format),
         }
 
     def tasks(self, split: str) -> Sequence[Task]:
@@ -170,6 +195,12 @@ class FunctionCallingEnv(SingleTurnEnv):
             )
         return verify_exact(calls, task.answer["calls"], task.answer["functions"])
 
+    def reply_constraint(self, reply):
+        """Under structured decoding: `<tag>` blocks of JSON calls to the task's functions (called after reset)."""
+        functions = self._task.answer["functions"] if self._task is not None else []
+        names = [doc["name"] for doc in functions if isinstance(doc, dict) and isinstance(doc.get("name"), str)]
+        return tool_call_constraint(names, self.tag) if names else None
+
     def solution(self, task: Task) -> str:
         """A reply that passes `verify`, written with this env's tag."""
         return format_tool_calls(task.data["reference_calls"], self.tag)
@@ -184,11 +215,30 @@ def _check_categories(categories: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(categories))
 
 
-def _numbered(tasks: Sequence[Task], split: str) -> tuple[Task, ...]:
+def _numbered(tasks: Sequence[Task], split: str, tool_format: str) -> tuple[Task, ...]:
     return tuple(
-        Task(id=f"function_calling-{split}-{position}", prompt=task.prompt, answer=task.answer, data=task.data)
-        for position, task in enumerate(tasks)
+        _in_format(task, f"function_calling-{split}-{position}", tool_format) for position, task in enumerate(tasks)
     )
+
+
+def _in_format(task: Task, task_id: str, tool_format: str) -> Task:
+    """The loaded task (its prompt in r3l's own format) as the env gives it: under 'native' the request alone as
+    the prompt and the functions as the tools the chat template is given (`Task.data["tools"]`)."""
+    if tool_format == "prompt":
+        return Task(id=task_id, prompt=task.prompt, answer=task.answer, data=task.data)
+    context = task.data.get("context", "")
+    prompt = NATIVE_USER_PROMPT.format(
+        context=f"Context: {context.strip()}\n\n" if context.strip() else "", question=task.data["question"].strip()
+    )
+    tools = [function_tool(doc) for doc in task.answer["functions"]]
+    return Task(id=task_id, prompt=prompt, answer=task.answer, data={**task.data, "tools": tools})
+
+
+def function_tool(doc: dict[str, Any]) -> dict[str, Any]:
+    """A function document as a chat template's tool: OpenAI's `{"type": "function", "function": doc}` (the form
+    transformers' templates take), the document unchanged (BFCL's leaderboard lists Qwen its documents unchanged
+    too, without the wrapper; BFCL's types such as "dict" stay as written)."""
+    return {"type": "function", "function": doc}
 
 
 def _split(tasks: list[Task], test_fraction: float, seed: int, label: str) -> tuple[list[Task], list[Task]]:
@@ -299,6 +349,7 @@ def _bfcl_tasks(category: str, questions: Path, answers: Path) -> list[Task]:
                     "category": category,
                     "source_id": record["id"],
                     "question": question,
+                    "context": context,
                     "reference_calls": [call.to_json() for call in reference],
                 },
             )

@@ -9,12 +9,22 @@ env.args.source=textarena`) builds TextArena's own registry entry (TextArena gam
 without its observation wrappers, which resend the whole history each turn: each observation is the game's new
 messages since the last move; its action wrappers (brackets around a bare move) still apply.
 
-A task is (game, seed): the train split draws even seeds and the test split odd ones. The reward is the game's
+A task is (game, seed): the train split draws even seeds and the test split odd ones, and the test split holds
+distinct games: seeds are drawn until `test_size` games differ in what makes a game (r3l/envs/game_rules.py: a
+FrozenLake map, a Mastermind code, a Sokoban room ...), and the train split skips the games held out (it may repeat
+a game), so a game with few distinct games (GuessTheNumber-v0: 20 numbers) says so in one line. Each task keeps its
+game's name in `data["game"]`. Gymnasium's FrozenLake gets a random map per task seed (Gymnasium's own
+`generate_random_map`: `map_size`, `hole_probability`), unless `fixed_map` (or make_args' desc/map_name) asks for
+the one map; its intro says whether the ice is slippery, as made. The reward is the game's
 own: Gymnasium's per-step reward, TextArena's final reward on the last move. An episode succeeds when the game
 ends by itself (terminated, not truncated) on a move paying at least `success_reward` (a `success` or
 `is_success` flag in Gymnasium's info decides where a game gives one), and ends when the game does or after
 `max_steps` moves. An action outside `env.args.actions` (or outside a Text space) never reaches the game, costs
 a move and earns 0; a move the game itself rejects (TextArena's invalid moves) is reported as not admissible too.
+
+Under structured replies a move is `<think>` free then `<action>` one of the listed actions, or, for text moves, a move
+of the game's own form (a bracketed number for GuessTheNumber, `[1 2 3 4]` for Mastermind ...; any text without '<'
+for a game r3l does not know).
 
 Retries from a pivot replay the base's actions on a new game made with the task's seed. Each game keeps its own
 Python and NumPy global random streams (swapped in around every call and seeded from the task's seed), so games
@@ -29,14 +39,16 @@ import difflib
 import inspect
 import random
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Env, StepResult, Task
-from r3l.envs.reply_grammar import action_constraint
+from r3l.envs.game_rules import INTROS, family, frozen_lake_map, game_key, identity, move_form
+from r3l.envs.reply_grammar import action_constraint, move_constraint
 from r3l.envs.text_game import (
     SPLITS,
     check_count,
@@ -51,14 +63,9 @@ MISSING = "the {what} env needs {package}: pip install 'r3l[games]' (or pip inst
 PROBE_SEED = 12_345
 ANSI_SPAN = re.compile(r"\x1b\[[0-9;]*m(.*?)\x1b\[0m", re.S)
 ANSI_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# Gymnasium's toy-text games whose Discrete actions have known names, and what their observations do not say
-TOY_TEXT = {
-    "FrozenLake": (
-        ("left", "down", "right", "up"),
-        "Frozen lake: walk from S (start) to G (goal) over frozen tiles F without stepping into a hole H. "
-        "Your position is the tile in square brackets. The ice may be slippery: a move can go sideways.",
-    ),
-}
+# Gymnasium's toy-text games whose Discrete actions have known names
+TOY_TEXT = {"FrozenLake": ("left", "down", "right", "up")}
+MAP_SETTINGS = ("map_size", "hole_probability", "fixed_map")  # FrozenLake's random maps
 
 SYSTEM_PROMPT = (
     "You are playing a game. Each turn the user message shows what the game tells you; you reply with exactly one "
@@ -117,9 +124,9 @@ def _said(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _toy_text(game_id: str) -> tuple[tuple[str, ...], str]:
-    """The built-in action names and intro of a Gymnasium toy-text game ('FrozenLake8x8-v1' -> FrozenLake's)."""
-    return TOY_TEXT.get(re.split(r"8x8|-v\d", game_id)[0], ((), ""))
+def _toy_text(game_id: str) -> tuple[str, ...]:
+    """The built-in action names of a Gymnasium toy-text game ('FrozenLake8x8-v1' -> FrozenLake's)."""
+    return TOY_TEXT.get(family(game_id), ())
 
 
 def _unknown(what: str, game_id: str, known: Sequence[str]) -> UserError:
@@ -131,21 +138,29 @@ def _unknown(what: str, game_id: str, known: Sequence[str]) -> UserError:
 class GymnasiumGame:
     """One `gymnasium.make(ID)` instance, its observations as text and its actions by name."""
 
-    def __init__(self, game_id: str, make_args: Mapping[str, Any], names: Sequence[str] | None):
+    def __init__(
+        self,
+        game_id: str,
+        make_args: Mapping[str, Any],
+        names: Sequence[str] | None,
+        seeded_args: Callable[[int], dict[str, Any]] | None = None,
+    ):
+        """`seeded_args(seed)`: settings of the game that depend on the task's seed (a FrozenLake map); the game is
+        made again with them at each start."""
         try:
             import gymnasium
         except ImportError:
             raise UserError(MISSING.format(what="gym", package="gymnasium")) from None
         if ":" not in game_id and game_id not in gymnasium.registry:
             raise _unknown("Gymnasium", game_id, list(gymnasium.registry))
-        self.id = game_id
+        self.id, self._gymnasium, self.make_args, self.seeded_args = game_id, gymnasium, dict(make_args), seeded_args
         self.env = self._make(gymnasium, dict(make_args))
         spaces = gymnasium.spaces
         observation_space, action_space = self.env.observation_space, self.env.action_space
         self.render = not isinstance(observation_space, spaces.Text) and self.env.render_mode == "ansi"
         self.text_actions = isinstance(action_space, spaces.Text)
         if isinstance(action_space, spaces.Discrete):
-            known = _toy_text(game_id)[0]
+            known = _toy_text(game_id)
             names = [str(name) for name in (names or known or range(int(action_space.n)))]
             if len(names) != int(action_space.n):
                 raise UserError(
@@ -191,7 +206,14 @@ class GymnasiumGame:
             "render; the gym env plays games that observe text"
         )
 
+    @property
+    def unwrapped(self) -> Any:
+        return self.env.unwrapped
+
     def start(self, seed: int) -> Frame:
+        if self.seeded_args is not None:
+            self.env.close()
+            self.env = self._make(self._gymnasium, {**self.make_args, **self.seeded_args(seed)})
         observation, _ = self.env.reset(seed=seed) if self.seeded else self.env.reset()
         return Frame(self._text(observation))
 
@@ -244,6 +266,10 @@ class TextArenaGame:
         self.formatters = [wrapper for wrapper in chain if isinstance(wrapper, textarena.ActionWrapper)]
         self._player_action = textarena.ObservationType.PLAYER_ACTION
 
+    @property
+    def unwrapped(self) -> Any:
+        return self.env
+
     def _messages(self) -> str:
         _, messages = self.env.get_observation()
         return "\n".join(
@@ -285,7 +311,8 @@ class TextArenaGame:
 
 # where a game comes from -> the class that plays it (r3l/envs/openenv_game.py adds "openenv")
 GAME_SOURCES: dict[str, Any] = {"gymnasium": GymnasiumGame, "textarena": TextArenaGame}
-_REPLAY_CHECKS: dict[tuple[str, str, str], str | None] = {}  # (source, id, make_args) -> why not replayable
+_REPLAY_CHECKS: dict[tuple, str | None] = {}  # (source, id, make_args, random map) -> why not replayable
+_SPLITS: dict[tuple, dict[str, tuple[Task, ...]]] = {}  # the settings that make a game's splits -> its splits
 
 
 def _feedback(
@@ -301,6 +328,15 @@ def _feedback(
     if truncated:
         return f"The game's time limit ended the episode at step {moves} before a win ({score}{rejected})."
     return f"The episode ran out of steps ({max_steps}) before a win ({score}{rejected})."
+
+
+def _unwrapped(game: Any) -> Any:
+    """The game object itself (a source without `unwrapped`, such as openenv's: its `env`)."""
+    return getattr(game, "unwrapped", None) or getattr(game, "env", game)
+
+
+def _map_args(seed: int, size: int, hole_probability: float) -> dict[str, Any]:
+    return {"desc": frozen_lake_map(seed, size, hole_probability)}
 
 
 @register("gym")
@@ -322,7 +358,11 @@ class GymGameEnv(Env):
         "actions": "the admissible actions, listed in each observation: a Discrete(n) space's action names (default: "
         "known names, else 0..n-1); for text actions, the only moves let through (null: any text)",
         "intro": "text put before the first observation (what the game is about, where its observations do not "
-        "say; FrozenLake has one built in)",
+        "say; FrozenLake has one built in, which says whether its ice is slippery)",
+        "map_size": "FrozenLake: the side of the random map drawn for each task seed (null: the game's own, 4 or 8)",
+        "hole_probability": "FrozenLake: the chance that a tile of a random map is a hole (a path to G always exists)",
+        "fixed_map": "FrozenLake: play Gymnasium's one fixed map (every seed the same game) instead of random maps",
+        "distinct_games": "the test split holds distinct games and the train split none of them (false: seeds only)",
         "max_steps": "moves an episode may take",
         "success_reward": "an episode succeeds when the game ends by itself on a move paying at least this (null: "
         "any such end); a success flag in the game's info decides where it gives one",
@@ -349,6 +389,10 @@ class GymGameEnv(Env):
         seed: int = 0,
         train_size: int = 100,
         test_size: int = 20,
+        map_size: int | None = None,
+        hole_probability: float = 0.2,
+        fixed_map: bool = False,
+        distinct_games: bool = True,
     ):
         source = self.fixed_arguments.get("source", source)
         game_reason = self.fixed_arguments.get("game_reason", game_reason)
@@ -370,10 +414,13 @@ class GymGameEnv(Env):
         self.id, self.source, self.make_args = id.strip(), source, dict(make_args or {})
         self.max_steps, self.success_reward, self.game_reason = max_steps, success_reward, game_reason
         self.show_actions, self.seed, self.sizes = show_actions, seed, {"train": train_size, "test": test_size}
+        self.distinct_games = bool(distinct_games)
+        self.random_map = self._random_map(map_size, hole_probability, fixed_map)
         self._random = OwnRandom()
         with self._random.active():
-            self.game = GAME_SOURCES[source](self.id, self.make_args, actions)
-        self.intro = intro or (_toy_text(self.id)[1] if source == "gymnasium" else "")
+            self.game = GAME_SOURCES[source](self.id, self.make_args, actions, *self._seeded_args())
+        own_intro = INTROS.get(family(self.id)) if source == "gymnasium" else None
+        self.intro = intro or (own_intro(self.game.unwrapped) if own_intro is not None else "")
         names = self.game.names
         self.system_prompt = SYSTEM_PROMPT.format(
             thought="Which move brings me closer to winning?" if names else "The last guess was too high.",
@@ -389,9 +436,32 @@ class GymGameEnv(Env):
         self._moves = self._invalid = 0
         self._total = 0.0
 
+    # --- FrozenLake's maps ----------------------------------------------------------------------------
+    def _random_map(self, size: int | None, hole_probability: float, fixed: bool) -> tuple[int, float] | None:
+        """(size, hole probability) of the random map drawn per seed, or None where the game keeps its own map."""
+        if self.source != "gymnasium" or family(self.id) != "FrozenLake":
+            if size is not None or fixed:
+                raise UserError(f"env.args.map_size and fixed_map are FrozenLake's settings; '{self.id}' has no map")
+            return None
+        if size is not None:
+            check_count("map_size", size, 2)
+        if isinstance(hole_probability, bool) or not isinstance(hole_probability, (int, float)):
+            raise UserError(f"env.args.hole_probability must be a number in [0, 1), got {hole_probability!r}")
+        if not 0 <= hole_probability < 1:
+            raise UserError(f"env.args.hole_probability must be in [0, 1), got {hole_probability}")
+        if fixed or "desc" in self.make_args or "map_name" in self.make_args:
+            return None
+        return (size if size is not None else 8 if "8x8" in self.id else 4), float(hole_probability)
+
+    def _seeded_args(self) -> tuple[Callable[[int], dict[str, Any]], ...]:
+        if self.random_map is None:
+            return ()
+        size, holes = self.random_map
+        return (partial(_map_args, size=size, hole_probability=holes),)
+
     # --- replay ---------------------------------------------------------------------------------
     def _replay_check(self) -> str | None:
-        key = (self.source, self.id, repr(sorted(self.make_args.items())))
+        key = (self.source, self.id, repr(sorted(self.make_args.items())), self.random_map)
         if key not in _REPLAY_CHECKS:
             if not self.game.seeded:
                 _REPLAY_CHECKS[key] = "its reset takes no seed"
@@ -412,19 +482,68 @@ class GymGameEnv(Env):
     def tasks(self, split: str) -> Sequence[Task]:
         if split not in SPLITS:
             raise UserError(f"unknown split '{split}' for environment '{self.name}'; use 'train' or 'test'")
-        if split not in self._tasks:
-            draws = random.Random(f"{self.seed}-{split}").sample(range(2**30), self.sizes[split])
-            seeds = [2 * draw + (split == "test") for draw in draws]
-            label = self.id.replace("/", "_").replace(":", "_")
-            self._tasks[split] = tuple(
+        if not self._tasks:
+            key = (
+                self.name,
+                self.source,
+                self.id,
+                repr(sorted(self.make_args.items())),
+                self.random_map,
+                self.seed,
+                tuple(self.sizes.items()),
+                self.distinct_games,
+            )
+            if key not in _SPLITS:
+                _SPLITS[key] = self._draw_splits()
+            self._tasks = _SPLITS[key]
+        return self._tasks[split]
+
+    def _draw_splits(self) -> dict[str, tuple[Task, ...]]:
+        """The test split's distinct games first, then the train split's games that are not held out."""
+        test = self._draw("test", self.sizes["test"], held_out=set())
+        train = self._draw("train", self.sizes["train"], held_out={game for _, game in test})
+        label = self.id.replace("/", "_").replace(":", "_")
+        return {
+            split: tuple(
                 Task(
                     id=f"{self.name}-{label}-{split}-{seed}",
                     prompt=f"{self.id} (seed {seed})",
-                    data={"id": self.id, "seed": seed},
+                    data={"id": self.id, "seed": seed, "game": game},
                 )
-                for seed in seeds
+                for seed, game in drawn
             )
-        return self._tasks[split]
+            for split, drawn in (("train", train), ("test", test))
+        }
+
+    def _draw(self, split: str, size: int, held_out: set[str]) -> list[tuple[int, str]]:
+        """(seed, game) pairs of `split`: seeds from its own stream (odd for test, even for train); a test game once
+        at most, a train game any number of times but never one held out."""
+        stream, budget = random.Random(f"{self.seed}-{split}"), 20 * size + 200
+        drawn: list[tuple[int, str]] = []
+        seen = set(held_out)
+        for _ in range(budget):
+            if len(drawn) == size:
+                return drawn
+            seed = 2 * stream.randrange(2**30) + (split == "test")
+            game = self.game_of(seed) if self.distinct_games and self.game.seeded else game_key(seed)
+            if game in seen:
+                continue
+            drawn.append((seed, game))
+            if split == "test":
+                seen.add(game)
+        if len(drawn) < size:
+            which = "distinct games" if split == "test" else "games not held out"
+            raise UserError(
+                f"'{self.id}' gave only {len(drawn)} {which} in {budget} draws for the {split} split of {size}; "
+                f"lower env.args.{split}_size{' or test_size' if split == 'train' else ''} "
+                "(or set env.args.distinct_games=false)"
+            )
+        return drawn
+
+    def game_of(self, seed: int) -> str:
+        """The name of the game a seed starts (seeds that start the same game share it)."""
+        frame = self._start(seed)
+        return game_key(identity(self.id, _unwrapped(self.game), seed, frame.observation))
 
     # --- episode --------------------------------------------------------------------------------
     @property
@@ -432,7 +551,9 @@ class GymGameEnv(Env):
         return list(self.game.names or ())
 
     def reply_constraint(self, reply):
-        return action_constraint(self.game.names, reply) if self.game.names else None
+        if self.game.names:
+            return action_constraint(self.game.names, reply)
+        return move_constraint(move_form(self.id, _unwrapped(self.game)), reply)
 
     def _start(self, seed: int) -> Frame:
         with self._random.active(seed):

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from r3l.envs.base import Verdict
+from r3l.envs.base import Task, Verdict
 
 MAX_REPLY_CHARS = 50_000  # longer replies are rejected unread
 MAX_CALLS = 32
@@ -58,6 +58,13 @@ class Call:
 
     def to_json(self) -> dict[str, Json]:
         return {"name": self.name, "arguments": self.arguments}
+
+
+def chat_tools(task: Task) -> list[dict[str, Json]] | None:
+    """The tools a task offers to the chat template (`Task.data["tools"]`, OpenAI's function form), or None: every
+    conversation that starts from a task passes them on (r3l.rollout.chat)."""
+    tools = task.data.get("tools")
+    return list(tools) if tools else None
 
 
 # ---------------------------------------------------------------------------------------------- parsing

@@ -1,6 +1,8 @@
 """Named verifiers that grade a reply against a reference answer: 'math', 'exact', 'numeric'.
 
-Each is `verifier(completion, gold, *, reveal_answer=True) -> Verdict`; the reward is 1.0 or 0.0.
+Each is `verifier(completion, gold, *, reveal_answer=True, answer_format=None) -> Verdict`; the reward is 1.0 or 0.0.
+`answer_format` (r3l/envs/answer.py: tags, boxed, either, any) says where the answer is read; None keeps the
+verifier's own reading ('math' and 'numeric': any; 'exact': tags).
 
 Where the reference answer is a number, the answer must be a number written out (`parse_number_literal`):
 math-verify evaluates expressions, so it would reward a reply that restates the question ('2 + 5' for
@@ -17,7 +19,14 @@ from contextlib import contextmanager
 from fractions import Fraction
 from typing import Protocol
 
-from r3l.envs.answer import extract_boxed, extract_final_number, extract_tagged, parse_number, parse_number_literal
+from r3l.envs.answer import (
+    extract_answer,
+    extract_boxed,
+    extract_final_number,
+    parse_number,
+    parse_number_literal,
+    where_answers_go,
+)
 from r3l.envs.base import Verdict
 from r3l.registry import Registry
 
@@ -29,18 +38,22 @@ NUMERIC_TOLERANCE = Fraction(1, 10**6)  # relative, for the 'numeric' verifier
 
 
 class Verifier(Protocol):
-    def __call__(self, completion: str, gold: str, *, reveal_answer: bool = True) -> Verdict: ...
+    def __call__(
+        self, completion: str, gold: str, *, reveal_answer: bool = True, answer_format: str | None = None
+    ) -> Verdict: ...
 
 
 VERIFIERS: Registry[Verifier] = Registry("verifier")
 
 
-def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, require_tags: bool = False) -> Verdict:
-    """The tagged answer, or without tags the whole reply, is mathematically equal to `gold`; a number when
-    `gold` is one (without tags: the last \\boxed{} value, else the last number of the reply)."""
-    answer = extract_tagged(completion)
-    if answer is None and require_tags:
-        return _failure(NO_ANSWER)
+def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, answer_format: str | None = None) -> Verdict:
+    """The answer read in `answer_format` is mathematically equal to `gold`; a number when `gold` is one. 'any'
+    (the default) reads the tagged answer, else the last \\boxed{} value, else the last number of the reply (a
+    symbolic `gold`: the whole reply's end, by math-verify)."""
+    answer_format = answer_format or "any"
+    answer = extract_answer(completion, "tags" if answer_format == "any" else answer_format)
+    if answer is None and answer_format != "any":
+        return _failure(missing_answer(answer_format))
     expected = gold_number(gold)
     numeric_gold = expected is not None
     if answer is None and numeric_gold:
@@ -51,7 +64,8 @@ def verify_math(completion: str, gold: str, *, reveal_answer: bool = True, requi
         correct = _math_verify(gold, completion[-WHOLE_REPLY_TAIL_CHARS:], answer_is_whole_reply=True)
         return _success() if correct else _failure(NO_ANSWER)
     if not answer:
-        return _failure("the <answer></answer> tags are empty")
+        empty = "the <answer></answer> tags are empty" if answer_format in ("tags", "any") else None
+        return _failure(empty or f"the answer {where_answers_go(answer_format)} is empty")
     if len(answer) > MAX_GRADED_CHARS:
         return _failure(
             f"the answer is {len(answer)} characters long; an answer is one value, at most "
@@ -69,30 +83,43 @@ VERIFIERS.register("math")(verify_math)  # not as a decorator: that would type t
 
 
 @VERIFIERS.register("exact")
-def verify_exact(completion: str, gold: str, *, reveal_answer: bool = True) -> Verdict:
-    """The tagged answer, stripped, equals `gold`, stripped."""
-    answer = extract_tagged(completion)
+def verify_exact(
+    completion: str, gold: str, *, reveal_answer: bool = True, answer_format: str | None = None
+) -> Verdict:
+    """The answer (tagged, unless `answer_format` says otherwise; 'any' reads as 'either'), stripped, equals
+    `gold`, stripped."""
+    answer_format = answer_format or "tags"
+    answer = extract_answer(completion, answer_format)
     if answer is None:
-        return _failure(NO_ANSWER)
+        return _failure(missing_answer(answer_format))
     return _success() if answer == str(gold).strip() else _wrong(answer, gold, reveal_answer)
 
 
 @VERIFIERS.register("numeric")
-def verify_numeric(completion: str, gold: str, *, reveal_answer: bool = True) -> Verdict:
-    """The tagged answer, or without tags the last number, is within 1e-6 (relative) of `gold`."""
+def verify_numeric(
+    completion: str, gold: str, *, reveal_answer: bool = True, answer_format: str | None = None
+) -> Verdict:
+    """The answer read in `answer_format` ('any', the default: the tagged answer, else the last \\boxed{} value,
+    else the last number) is within 1e-6 (relative) of `gold`."""
     expected = gold_number(gold)
     if expected is None:
         return _failure(f"the reference answer {_quote(gold)} is not a number; the 'numeric' verifier needs one")
-    answer = extract_tagged(completion)
-    if answer is None:
+    answer_format = answer_format or "any"
+    answer = extract_answer(completion, answer_format)
+    if answer is None and answer_format == "any":
         answer = extract_final_number(completion)
-        if answer is None:
-            return _failure(NO_ANSWER)
+    if answer is None:
+        return _failure(missing_answer(answer_format))
     value = parse_number_literal(answer)
     if value is None:
         return _failure(_not_a_number(answer))
     close = abs(value - expected) <= NUMERIC_TOLERANCE * max(Fraction(1), abs(expected))
     return _success() if close else _wrong(answer, gold, reveal_answer)
+
+
+def missing_answer(answer_format: str) -> str:
+    """The feedback for a reply with no answer where `answer_format` puts it."""
+    return NO_ANSWER if answer_format in ("tags", "any") else f"no answer found {where_answers_go(answer_format)}"
 
 
 def answers_match(answer: str, gold: str) -> bool:

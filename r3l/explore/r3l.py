@@ -3,9 +3,10 @@ guidance, store the retry without the guidance in the base episodes' group, mask
 with its base (pivotal credit), and train reflection + guided retry as SFT when the retry improved.
 
 Switches (algorithm.strategy_args): `reflect_retry` (off: every episode is a base episode),
-`retry_from` pivot | scratch (Reflect-GRPO), `pivotal_credit`, `distill_guidance`, `aux_sft`, `improvement`,
-`retries_per_base`, `train_success_reflections`. Positive amplification is the advantage function
-(`positive_amplified`) and the SFT loss is `algorithm.sft_loss`, both chosen in the preset.
+`retry_from` pivot | scratch (Reflect-GRPO), `retry_guidance` (off: the retry restarts from the same pivot
+without the guidance text, a control for "is it the words or the restart?"), `pivotal_credit`, `distill_guidance`,
+`aux_sft`, `improvement`, `retries_per_base`, `train_success_reflections`. Positive amplification is the advantage
+function (`positive_amplified`) and the SFT loss is `algorithm.sft_loss`, both chosen in the preset.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class R3LSettings(StrategySettings):
     reflect_retry: bool = Field(True, description="reflect and retry (off: the whole group is base episodes)")
     base_fraction: float = Field(0.5, gt=0, le=1, description="share of the group budget spent on base episodes")
     retry_from: Literal["pivot", "scratch"] = Field("pivot", description="scratch: restart at step 0 (Reflect-GRPO)")
+    retry_guidance: bool = Field(
+        True,
+        description="put the report's guidance before the observation at the pivot (off: the same retry from the "
+        "same pivot without any guidance text, a control)",
+    )
     pivotal_credit: bool = Field(True, description="mask the prefix a retry shares with its base, in both")
     distill_guidance: bool = Field(True, description="store the retry without the guidance text")
     aux_sft: bool = Field(True, description="train reflection and guided retry as SFT when the retry improved")
@@ -282,7 +288,7 @@ class R3LStrategy(Strategy):
                     run.task,
                     run.episode,
                     report.retry_from_step if from_pivot else 0,
-                    build_guidance(report, self.guidance_template),
+                    build_guidance(report, self.guidance_template) if s.retry_guidance else None,
                 )
             )
         starts += [EpisodeStart(first.task) for first, _ in fills]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, Trajectory
 from r3l.agent.prompt_copy import watched_copy
 from r3l.envs import Env, Task, Verdict, judge
+from r3l.envs.tool_calls import chat_tools
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation
@@ -38,7 +39,9 @@ class Retry:
 
 
 def start_conversation(task: Task, env: Env, tokenizer, prompt_format: PromptFormat) -> TokenConversation:
-    return TokenConversation.start(tokenizer, prompt_format.messages(env.reset(task), env.system_prompt))
+    """The task's first turn as its episodes ask it, the task's tools (function calling) in the template."""
+    messages = prompt_format.messages(env.reset(task), env.system_prompt)
+    return TokenConversation.start(tokenizer, messages, tools=chat_tools(task))
 
 
 def as_attempt(trajectory: Trajectory) -> Attempt:

@@ -2,7 +2,9 @@
 
 Nothing is ever re-tokenised: the tokens of each assistant turn are the sampled ids, and the text
 the chat template puts between turns is tokenised on its own when a user turn is added.
-`drift()` compares the result with a fresh tokenisation of the whole conversation.
+`drift()` compares the result with a fresh tokenisation of the whole conversation. A conversation that
+offers tools keeps them: every rendering of it (its prompt, each added turn, `drift()`) passes them to the
+template (`r3l.rollout.chat.render`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from r3l.rollout.chat import encode_prompt
+from r3l.rollout.chat import Tools, encode_prompt, render
 from r3l.rollout.constraints import TokenMasks
 from r3l.rollout.generator import Completion
 
@@ -31,13 +33,16 @@ class TokenConversation:
     _open_end: str = ""
     # per assistant turn: (number of messages up to and including it, the template text still owed after it)
     _turn_ends: list[tuple[int, str]] = field(default_factory=list)
+    tools: Tools | None = None  # the function schemas the chat template is given, on every rendering
 
     @classmethod
-    def start(cls, tokenizer, messages: list[dict[str, str]], tokens: list[int] | None = None) -> TokenConversation:
-        """The prompt (messages + assistant header), ready for the first assistant turn; pass `tokens` when the
-        prompt is already encoded."""
-        tokens = list(tokens) if tokens is not None else encode_prompt(tokenizer, messages)
-        return cls(tokenizer, list(messages), tokens, [0.0] * len(tokens), [0] * len(tokens))
+    def start(
+        cls, tokenizer, messages: list[dict[str, str]], tokens: list[int] | None = None, tools: Tools | None = None
+    ) -> TokenConversation:
+        """The prompt (messages + assistant header, and the `tools` it offers), ready for the first assistant turn;
+        pass `tokens` when the prompt is already encoded."""
+        tokens = list(tokens) if tokens is not None else encode_prompt(tokenizer, messages, tools)
+        return cls(tokenizer, list(messages), tokens, [0.0] * len(tokens), [0] * len(tokens), tools=tools)
 
     def copy(self) -> TokenConversation:
         return TokenConversation(
@@ -50,6 +55,7 @@ class TokenConversation:
             list(self.allowed),
             self._open_end,
             list(self._turn_ends),
+            self.tools,
         )
 
     def before_turn(self, turn: int) -> TokenConversation:
@@ -69,6 +75,7 @@ class TokenConversation:
             self._allowed_before(cut),
             "",
             list(self._turn_ends[:turn]),
+            self.tools,
         )
 
     def after_turn(self, turn: int) -> TokenConversation:
@@ -87,6 +94,7 @@ class TokenConversation:
             self._allowed_before(cut),
             open_end,
             list(self._turn_ends[: turn + 1]),
+            self.tools,
         )
 
     def _allowed_before(self, cut: int) -> list[tuple[int, TokenMasks]]:
@@ -138,7 +146,7 @@ class TokenConversation:
         return sum(a != b for a, b in zip(own, fresh)) + abs(len(own) - len(fresh))
 
     def _render(self, messages, generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        return render(self.tokenizer, messages, self.tools, generation_prompt)
 
     def _turn_end_text(self, completion: Completion) -> str:
         """What the template writes after an assistant message's content, less what was generated."""
