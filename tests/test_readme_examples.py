@@ -44,3 +44,9 @@ def test_a_readme_way_in_runs(tmp_path, way):
     result = subprocess.run([sys.executable, "-m", "r3l.cli", *args, *QUICK], cwd=tmp_path, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_front_door_stays_small():
+    """README.md is the front door: at most 12 KB (details belong in docs/)."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 12 * 1024, f"README.md is {size} bytes; move detail to docs/"
