@@ -78,7 +78,7 @@ HEADERS = ("1st try", "R3: 2nd after reflection", "2nd after verdict (control)",
 # --- what a reply must contain ---------------------------------------------------------------------------------------
 def format_missing(env, text: str) -> bool | None:
     """Whether a single-turn reply lacks the answer format its environment reads (None: not known for this env)."""
-    from r3l.envs.answer import extract_answer, extract_tagged
+    from r3l.grading.answer import extract_answer, extract_tagged
 
     name = getattr(env, "name", "")
     if name == "function_calling":

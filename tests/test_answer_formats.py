@@ -7,10 +7,10 @@ import json
 import pytest
 
 import r3l.envs
-from r3l.envs.answer import extract_answer
+from r3l.grading.answer import extract_answer
 from r3l.envs.arithmetic import GsmEnv
 from r3l.envs.reply_grammar import ReplyFormat
-from r3l.envs.verifiers import VERIFIERS
+from r3l.grading.verifiers import VERIFIERS
 from r3l.errors import UserError
 
 MIXED = "First <answer>7</answer>, then on reflection \\boxed{8}."

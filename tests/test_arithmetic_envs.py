@@ -5,11 +5,11 @@ from fractions import Fraction
 import pytest
 
 import r3l.envs
-from r3l.envs.answer import extract_final_number, extract_tagged, parse_number, parse_number_literal
+from r3l.grading.answer import extract_final_number, extract_tagged, parse_number, parse_number_literal
 from r3l.envs.arithmetic import ArithmeticEnv, GsmEnv, clear_task_cache
 from r3l.envs.base import Task
-from r3l.envs.safe_math import evaluate
-from r3l.envs.verifiers import VERIFIERS, answers_match
+from r3l.grading.safe_math import evaluate
+from r3l.grading.verifiers import VERIFIERS, answers_match
 from r3l.errors import UserError
 
 NO_ANSWER = "no answer found inside <answer></answer> tags"

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from r3l.envs.base import Verdict
-from r3l.envs.tool_calls import Call, format_tool_calls, same_value
+from r3l.grading.tool_calls import Call, format_tool_calls, same_value
 
 needs_bfcl = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
                                 reason="needs BFCL data: pip install --no-deps bfcl-eval")
@@ -140,7 +140,7 @@ def cases(task, rng: random.Random) -> Iterator[Case]:
 
 def bfcl_ast_checker() -> Callable[..., dict[str, Any]]:
     """bfcl-eval's checker itself (r3l's loader only makes it importable without the API clients)."""
-    from r3l.envs.bfcl_checker import load_ast_checker
+    from r3l.grading.bfcl_checker import load_ast_checker
 
     load_ast_checker()
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
@@ -362,7 +362,7 @@ def test_official_is_bfcl_and_strict_differs_only_by_named_differences(envs):
     assert all(row["cases"] > row["bfcl accepts"] > 0 for row in table.values())
 
 
-# ------------------------------------------------------------------------------- r3l.envs.bfcl_checker
+# ------------------------------------------------------------------------------- r3l.grading.bfcl_checker
 
 FACTORS = [{"name": "math.factors", "parameters": {"type": "dict", "required": ["number"], "properties": {
     "number": {"type": "integer"}, "primes": {"type": "array", "items": {"type": "integer"}}}}}]
@@ -373,7 +373,7 @@ FACTORS_TRUTH = [{"math.factors": {"number": [450], "primes": [[2, 3, 5]]}}]
 def test_checker_imports_without_the_api_clients_and_keeps_dotted_names():
     import sys
 
-    from r3l.envs.bfcl_checker import _keeping_names, load_ast_checker, official_verdict
+    from r3l.grading.bfcl_checker import _keeping_names, load_ast_checker, official_verdict
 
     _, _, model_name = load_ast_checker()
     if importlib.util.find_spec("anthropic") is None:  # the stand-in was used, for that import only
@@ -395,7 +395,7 @@ def test_checker_imports_without_the_api_clients_and_keeps_dotted_names():
 
 @needs_bfcl
 def test_official_verdict_reward_and_one_line_feedback():
-    from r3l.envs.bfcl_checker import MAX_CLAUSE_CHARS, official_verdict
+    from r3l.grading.bfcl_checker import MAX_CLAUSE_CHARS, official_verdict
 
     def judge(*calls, category="simple"):
         return official_verdict(list(calls), FACTORS_TRUTH * (2 if "parallel" in category else 1), FACTORS, category)
@@ -416,7 +416,7 @@ def test_official_verdict_reward_and_one_line_feedback():
 
 @needs_bfcl
 def test_a_checker_exception_is_a_failed_verdict(monkeypatch):
-    import r3l.envs.bfcl_checker as module
+    import r3l.grading.bfcl_checker as module
 
     no_items = [{"name": "f", "parameters": {"type": "dict", "required": ["xs"], "properties": {
         "xs": {"type": "array"}}}}]  # BFCL's checker reads schema["items"] for every array

@@ -8,7 +8,7 @@ import r3l.envs
 from r3l.envs.arithmetic import clear_task_cache
 from r3l.envs.base import Task
 from r3l.envs.countdown import CountdownEnv, check_equation, generate_puzzle
-from r3l.envs.safe_math import evaluate
+from r3l.grading.safe_math import evaluate
 from r3l.errors import UserError
 
 NUMBERS = [3, 7, 12]  # 3 * 7 + 12 = 33

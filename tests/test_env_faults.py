@@ -12,7 +12,7 @@ import pytest
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, termination_metrics
 from r3l.config import load_config
 from r3l.envs import make
-from r3l.envs.java_simulator import java_process
+from r3l.envs.games.java_simulator import java_process
 from r3l.envs.textworld_express import TextWorldExpressEnv
 from r3l.rollout.generator import SamplingParams
 from r3l.testing.scripted import ScriptedGenerator

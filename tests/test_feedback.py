@@ -1,5 +1,5 @@
 """The end-of-episode feedback sentence shared by the multi-turn games."""
-from r3l.envs.feedback import episode_feedback
+from r3l.envs.games.feedback import episode_feedback
 
 
 def test_success_names_the_steps_and_score():

@@ -13,7 +13,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map  # noqa: E40
 
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, stuck_repeating  # noqa: E402
 from r3l.envs import make  # noqa: E402
-from r3l.envs.game_rules import family  # noqa: E402
+from r3l.envs.games.game_rules import family  # noqa: E402
 from r3l.envs.reply_grammar import ReplyFormat  # noqa: E402
 from r3l.errors import UserError  # noqa: E402
 from r3l.rollout.generator import SamplingParams  # noqa: E402

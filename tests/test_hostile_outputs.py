@@ -13,9 +13,9 @@ import pytest
 from r3l.agent.actions import parse_reply
 from r3l.envs import make
 from r3l.envs.base import Verdict
-from r3l.envs.text_game import normalise_action
-from r3l.envs.tool_calls import ToolCallFormatError, parse_tool_calls
-from r3l.envs.verifiers import VERIFIERS
+from r3l.envs.games.text_game import normalise_action
+from r3l.grading.tool_calls import ToolCallFormatError, parse_tool_calls
+from r3l.grading.verifiers import VERIFIERS
 from r3l.reflection.report import Report, ReportError, parse_report
 
 CASES = int(os.environ.get("R3L_FUZZ_CASES", "2000"))  # R3L_FUZZ_CASES=10000 for the full run (docs/RELIABILITY.md)

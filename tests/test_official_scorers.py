@@ -20,8 +20,8 @@ import pytest
 reasoning_gym = pytest.importorskip("reasoning_gym")
 from reasoning_gym.utils import extract_answer  # noqa: E402
 
-from r3l.envs.answer import extract_answer as read_answer  # noqa: E402
-from r3l.envs.answer import extract_tagged, parse_number_literal  # noqa: E402
+from r3l.grading.answer import extract_answer as read_answer  # noqa: E402
+from r3l.grading.answer import extract_tagged, parse_number_literal  # noqa: E402
 from r3l.envs.arithmetic import ArithmeticEnv, GsmEnv, ReasoningGymEnv  # noqa: E402
 from r3l.envs.base import Task  # noqa: E402
 from r3l.envs.countdown import CountdownEnv  # noqa: E402

@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from r3l.envs.safe_math import MAX_LENGTH, ExpressionError, evaluate, format_number
+from r3l.grading.safe_math import MAX_LENGTH, ExpressionError, evaluate, format_number
 
 
 def test_exact_value_and_literals_in_order():

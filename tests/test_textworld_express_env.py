@@ -9,7 +9,7 @@ if shutil.which("java") is None:
     pytest.skip("TextWorldExpress needs Java on PATH", allow_module_level=True)
 
 from r3l.envs import make  # noqa: E402
-from r3l.envs.text_game import normalise_action  # noqa: E402
+from r3l.envs.games.text_game import normalise_action  # noqa: E402
 from r3l.envs.textworld_express import TextWorldExpressEnv, game_settings  # noqa: E402
 from r3l.errors import UserError  # noqa: E402
 from tests.helpers.replay import check_replay  # noqa: E402

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from r3l.envs.tool_calls import (MAX_REPLY_CHARS, Call, ToolCallFormatError, bfcl_reference_calls,
+from r3l.grading.tool_calls import (MAX_REPLY_CHARS, Call, ToolCallFormatError, bfcl_reference_calls,
                                  format_tool_calls, parse_tool_calls, same_value, verify_bfcl, verify_exact)
 
 WEATHER = {"name": "get_weather", "description": "Weather in a city.",

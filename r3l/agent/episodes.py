@@ -34,8 +34,8 @@ from r3l.agent.env_pool import EnvPool
 from r3l.agent.env_process import EnvironmentProcessDied, ProcessEnv
 from r3l.agent.prompt_copy import watched_copy
 from r3l.envs import Env, StepResult, Task
+from r3l.envs.base import chat_tools
 from r3l.envs.reply_grammar import ReplyFormat
-from r3l.envs.tool_calls import chat_tools
 from r3l.errors import UserError
 from r3l.logging.progress import console
 from r3l.rollout.chat import PromptFormat

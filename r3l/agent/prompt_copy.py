@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from r3l.envs.answer import extract_boxed, extract_tagged
+from r3l.grading.answer import extract_boxed, extract_tagged
 
 _OPERAND = r"(?:\d+(?:\.\d+)?|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))"  # a number or a one-letter variable
 _EXPRESSION = re.compile(rf"[-(]*{_OPERAND}\)*(?:(?:\s*[-+*/^×÷])+\s*[-(]*{_OPERAND}\)*)+")

@@ -15,7 +15,7 @@ register = ENVS.register
 
 
 def _load_all() -> None:
-    import_submodules(__name__)
+    import_submodules(__name__, f"{__name__}.games")
 
 
 def make(name: str, **kwargs: Any) -> Env:
@@ -23,7 +23,7 @@ def make(name: str, **kwargs: Any) -> Env:
     cls = ENVS.get(name)
     check_arguments(name, cls, kwargs)
     try:
-        return cls(**kwargs)
+        return cls(**kwargs, **cls.fixed_arguments)
     except TypeError as error:
         raise UserError(f"bad settings for environment '{name}': {error}; see `r3l envs`") from None
 

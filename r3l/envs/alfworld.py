@@ -34,7 +34,7 @@ from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Task
-from r3l.envs.text_game import TextGameEnv, View, check_count, round_robin
+from r3l.envs.games.text_game import TextGameEnv, View, check_count, round_robin
 from r3l.errors import UserError
 
 TASK_TYPES = (

@@ -30,7 +30,7 @@ def env_arguments(cls: type[Env]) -> list[EnvArgument]:
     over those of the classes it extends, so a setting a base class takes is explained there once), less those
     the class fixes (`fixed_arguments`: a subclass that plays one source of games fixes `source`)."""
     helps = argument_help(cls)
-    fixed = getattr(cls, "fixed_arguments", {})
+    fixed = cls.fixed_arguments
     parameters = inspect.signature(cls.__init__).parameters.values()
     return [
         EnvArgument(p.name, p.default, helps.get(p.name, ""))

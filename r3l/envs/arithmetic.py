@@ -17,15 +17,15 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, ClassVar, overload
 
 from r3l.envs import register
-from r3l.envs.answer import extract_answer, where_answers_go
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.reply_grammar import NUMBER, answer_constraint, boxed_constraint
-from r3l.envs.safe_math import ExpressionError, evaluate
-from r3l.envs.verifiers import verify_math
 from r3l.errors import UserError
+from r3l.grading.answer import extract_answer, where_answers_go
+from r3l.grading.safe_math import ExpressionError, evaluate
+from r3l.grading.verifiers import verify_math
 
 SPLITS = ("train", "test")
-ANSWER_FORMATS = ("tags", "boxed", "either")  # r3l/envs/answer.py; 'any' (a last number counts) is not offered here
+ANSWER_FORMATS = ("tags", "boxed", "either")  # r3l/grading/answer.py; 'any' (a last number counts) is not offered here
 
 
 def answer_instruction(answer_format: str) -> str:

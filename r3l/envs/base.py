@@ -1,4 +1,5 @@
-"""The environment protocol: tasks, reset/step/replay, and the verdict a verifier returns."""
+"""The environment protocol: tasks, reset/step/replay, the tools a task offers; a verdict is grading's
+(`r3l.grading.verdict`), re-exported here."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from r3l.grading.verdict import Verdict
 
 if TYPE_CHECKING:
     from r3l.envs.reply_grammar import ReplyFormat
@@ -23,15 +26,6 @@ class Task:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """A verifier's judgement: scalar reward, binary success and a language feedback string."""
-
-    reward: float
-    success: bool
-    feedback: str
-
-
-@dataclass(frozen=True)
 class StepResult:
     observation: str
     reward: float
@@ -46,6 +40,8 @@ class Env(ABC):
     also put `admissible_actions` there.
     """
 
+    # settings a subclass fixes (TextArena's `source`): neither shown nor taken as env.args; `make` passes them
+    fixed_arguments: ClassVar[dict[str, Any]] = {}
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     deterministic: bool = True  # an instance may set it from the environment it wraps (math_dialogue)
@@ -145,3 +141,10 @@ def judge(env: Env, task: Task, reply: str) -> Verdict:
     env.reset(task)
     result = env.step(reply)
     return Verdict(result.reward, bool(result.info.get("success", False)), str(result.info.get("feedback", "")))
+
+
+def chat_tools(task: Task) -> list[dict[str, Any]] | None:
+    """The tools a task offers to the chat template (`Task.data["tools"]`, OpenAI's function form), or None: every
+    conversation that starts from a task passes them on (r3l.rollout.chat)."""
+    tools = task.data.get("tools")
+    return list(tools) if tools else None

@@ -17,12 +17,12 @@ from fractions import Fraction
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.answer import extract_tagged
 from r3l.envs.arithmetic import Item, ReasoningGymEnv, create_reasoning_gym_dataset, reasoning_gym_seed
 from r3l.envs.base import Task, Verdict
-from r3l.envs.safe_math import ExpressionError, evaluate, format_number
-from r3l.envs.verifiers import NO_ANSWER
 from r3l.errors import UserError
+from r3l.grading.answer import extract_tagged
+from r3l.grading.safe_math import ExpressionError, evaluate, format_number
+from r3l.grading.verifiers import NO_ANSWER
 
 TOLERANCE = 1e-5
 _STATED_RESULT = re.compile(r"=\s*([-+]?\d+(?:\.\d+)?)\s*$")

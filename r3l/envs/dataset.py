@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.answer import ANSWER_FORMATS
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.reward_functions import RewardFn, call_reward_function, load_reward_function, one_line
-from r3l.envs.verifiers import VERIFIERS, Verifier
 from r3l.errors import UserError
+from r3l.grading.answer import ANSWER_FORMATS
+from r3l.grading.verifiers import VERIFIERS, Verifier
 from r3l.logging.progress import console
 
 FILE_TYPES = (".jsonl", ".json", ".parquet")

@@ -5,7 +5,7 @@ Two sources:
   (`pip install --no-deps bfcl-eval`), or a folder holding the same files (`path`). Categories
   'simple' (BFCL_v*_simple_python.json, BFCL_v3_simple.json in older releases), 'multiple', 'parallel',
   'parallel_multiple' and their 'live_' versions. Graded by `checker` (env.args.checker):
-  'official' (default) is BFCL's own AST checker from bfcl-eval (`r3l.envs.bfcl_checker`), the verdict
+  'official' (default) is BFCL's own AST checker from bfcl-eval (`r3l.grading.bfcl_checker`), the verdict
   the leaderboard gives; 'strict' and 'lenient' are r3l's `verify_bfcl` (exact stripped strings; BFCL's
   string normalisation), which differ from the official verdict in the ways `verify_bfcl` lists.
 - 'xlam': an APIGen / xlam-function-calling-60k file (`path`, .jsonl or a .json list) whose rows have
@@ -55,10 +55,11 @@ from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
-from r3l.envs.bfcl_checker import load_ast_checker, official_verdict
 from r3l.envs.dataset import file_stamp
 from r3l.envs.reply_grammar import tool_call_constraint
-from r3l.envs.tool_calls import (
+from r3l.errors import UserError
+from r3l.grading.bfcl_checker import load_ast_checker, official_verdict
+from r3l.grading.tool_calls import (
     Call,
     ToolCallFormatError,
     bfcl_reference_calls,
@@ -67,7 +68,6 @@ from r3l.envs.tool_calls import (
     verify_bfcl,
     verify_exact,
 )
-from r3l.errors import UserError
 
 SOURCES = ("bfcl", "xlam")
 CHECKERS = ("official", "strict", "lenient")

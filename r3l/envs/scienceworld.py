@@ -27,10 +27,10 @@ from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Env, StepResult, Task
-from r3l.envs.feedback import episode_feedback
-from r3l.envs.java_simulator import close_quietly, kill_java
+from r3l.envs.games.feedback import episode_feedback
+from r3l.envs.games.java_simulator import close_quietly, kill_java
+from r3l.envs.games.text_game import check_count, check_in_episode, invalid_observation, normalise_action, round_robin
 from r3l.envs.reply_grammar import action_constraint
-from r3l.envs.text_game import check_count, check_in_episode, invalid_observation, normalise_action, round_robin
 from r3l.errors import UserError
 
 PAPER_TRAIN_TYPES = (

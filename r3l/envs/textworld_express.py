@@ -25,8 +25,8 @@ from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Task
-from r3l.envs.java_simulator import close_quietly, kill_java
-from r3l.envs.text_game import TextGameEnv, View, check_count, round_robin
+from r3l.envs.games.java_simulator import close_quietly, kill_java
+from r3l.envs.games.text_game import TextGameEnv, View, check_count, round_robin
 from r3l.errors import UserError
 
 GAMES = ("cookingworld", "coin", "mapreader", "twc")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, Trajectory
 from r3l.agent.prompt_copy import watched_copy
 from r3l.envs import Env, Task, Verdict, judge
-from r3l.envs.tool_calls import chat_tools
+from r3l.envs.base import chat_tools
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation

@@ -23,8 +23,8 @@ from fractions import Fraction
 import torch
 
 from r3l.algorithms import token_logprobs
-from r3l.envs.safe_math import ExpressionError, evaluate
 from r3l.errors import UserError
+from r3l.grading.safe_math import ExpressionError, evaluate
 from r3l.rollout.generator import GENERATORS, Completion, SamplingParams, unconstrained
 from r3l.rollout.hf import HFGenerator
 from r3l.rollout.seeds import row_seeds

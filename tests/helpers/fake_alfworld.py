@@ -7,7 +7,7 @@ starts on countertop 1; cleaning happens at sinkbasin 1; the game is won when th
 from __future__ import annotations
 
 from r3l.envs.alfworld import BANNER, ALFWorldBackend, task_type
-from r3l.envs.text_game import View
+from r3l.envs.games.text_game import View
 
 GAMES = {
     "train": ("train/pick_clean_then_place_in_recep-Mug-None-CoffeeMachine-1/trial_1",

@@ -3,7 +3,7 @@
 `verify_exact` is the xLAM/APIGen rule R3 trains with: the calls, as a multiset of (name, arguments),
 equal the reference calls. `verify_bfcl` is r3l's own reading of BFCL's ground truth, the function_calling
 env's 'strict' and 'lenient' checkers (its default, 'official', is BFCL's own checker:
-`r3l.envs.bfcl_checker`): every reference call is matched by a distinct call of the same function whose
+`r3l.grading.bfcl_checker`): every reference call is matched by a distinct call of the same function whose
 arguments are all known, whose required arguments are all there, and whose values are each one of the
 reference's acceptable values (an acceptable value "" marks the argument optional).
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from r3l.envs.base import Task, Verdict
+from r3l.grading.verdict import Verdict
 
 MAX_REPLY_CHARS = 50_000  # longer replies are rejected unread
 MAX_CALLS = 32
@@ -58,13 +58,6 @@ class Call:
 
     def to_json(self) -> dict[str, Json]:
         return {"name": self.name, "arguments": self.arguments}
-
-
-def chat_tools(task: Task) -> list[dict[str, Json]] | None:
-    """The tools a task offers to the chat template (`Task.data["tools"]`, OpenAI's function form), or None: every
-    conversation that starts from a task passes them on (r3l.rollout.chat)."""
-    tools = task.data.get("tools")
-    return list(tools) if tools else None
 
 
 # ---------------------------------------------------------------------------------------------- parsing

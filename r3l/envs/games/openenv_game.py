@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.gym_games import GAME_SOURCES, MISSING, Frame, GymGameEnv, _said
+from r3l.envs.games.gym_games import GAME_SOURCES, MISSING, Frame, GymGameEnv, _said
 from r3l.envs.reward_functions import load_reward_function
 from r3l.errors import UserError
 

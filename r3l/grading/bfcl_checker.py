@@ -20,9 +20,9 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from r3l.envs.base import Verdict
-from r3l.envs.tool_calls import Call, correct_verdict, count_mismatch, failed_verdict
 from r3l.errors import UserError
+from r3l.grading.tool_calls import Call, correct_verdict, count_mismatch, failed_verdict
+from r3l.grading.verdict import Verdict
 
 MISSING_CHECKER = "the official BFCL checker needs bfcl-eval: pip install --no-deps bfcl-eval"
 MAX_CLAUSE_CHARS = 200
@@ -70,7 +70,7 @@ class _KeepNames(dict):
 
 
 def _import_with_stand_in() -> types.ModuleType:
-    stand_in = types.ModuleType(_MODEL_CONFIG, "r3l stand-in: see r3l.envs.bfcl_checker.load_ast_checker")
+    stand_in = types.ModuleType(_MODEL_CONFIG, "r3l stand-in: see r3l.grading.bfcl_checker.load_ast_checker")
     stand_in.MODEL_CONFIG_MAPPING = _KeepNames()  # type: ignore[attr-defined]  # a module made here
     parent = importlib.import_module("bfcl_eval.constants")
     previous = sys.modules.get(_MODEL_CONFIG)

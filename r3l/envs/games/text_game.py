@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from r3l.envs.base import Env, StepResult, Task
-from r3l.envs.feedback import episode_feedback
+from r3l.envs.games.feedback import episode_feedback
 from r3l.envs.reply_grammar import action_constraint
 from r3l.errors import UserError
 

@@ -1,7 +1,7 @@
 """Named verifiers that grade a reply against a reference answer: 'math', 'exact', 'numeric'.
 
 Each is `verifier(completion, gold, *, reveal_answer=True, answer_format=None) -> Verdict`; the reward is 1.0 or 0.0.
-`answer_format` (r3l/envs/answer.py: tags, boxed, either, any) says where the answer is read; None keeps the
+`answer_format` (r3l/grading/answer.py: tags, boxed, either, any) says where the answer is read; None keeps the
 verifier's own reading ('math' and 'numeric': any; 'exact': tags).
 
 Where the reference answer is a number, the answer must be a number written out (`parse_number_literal`):
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from fractions import Fraction
 from typing import Protocol
 
-from r3l.envs.answer import (
+from r3l.grading.answer import (
     extract_answer,
     extract_boxed,
     extract_final_number,
@@ -27,7 +27,7 @@ from r3l.envs.answer import (
     parse_number_literal,
     where_answers_go,
 )
-from r3l.envs.base import Verdict
+from r3l.grading.verdict import Verdict
 from r3l.registry import Registry
 
 NO_ANSWER = "no answer found inside <answer></answer> tags"

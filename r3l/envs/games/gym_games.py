@@ -10,7 +10,7 @@ without its observation wrappers, which resend the whole history each turn: each
 messages since the last move; its action wrappers (brackets around a bare move) still apply.
 
 A task is (game, seed): the train split draws even seeds and the test split odd ones, and the test split holds
-distinct games: seeds are drawn until `test_size` games differ in what makes a game (r3l/envs/game_rules.py: a
+distinct games: seeds are drawn until `test_size` games differ in what makes a game (r3l/envs/games/game_rules.py: a
 FrozenLake map, a Mastermind code, a Sokoban room ...), and the train split skips the games held out (it may repeat
 a game), so a game with few distinct games (GuessTheNumber-v0: 20 numbers) says so in one line. Each task keeps its
 game's name in `data["game"]`. Gymnasium's FrozenLake gets a random map per task seed (Gymnasium's own
@@ -47,9 +47,8 @@ from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Env, StepResult, Task
-from r3l.envs.game_rules import INTROS, family, frozen_lake_map, game_key, identity, move_form
-from r3l.envs.reply_grammar import action_constraint, move_constraint
-from r3l.envs.text_game import (
+from r3l.envs.games.game_rules import INTROS, family, frozen_lake_map, game_key, identity, move_form
+from r3l.envs.games.text_game import (
     SPLITS,
     check_count,
     check_in_episode,
@@ -57,6 +56,7 @@ from r3l.envs.text_game import (
     normalise_action,
     with_actions,
 )
+from r3l.envs.reply_grammar import action_constraint, move_constraint
 from r3l.errors import UserError
 
 MISSING = "the {what} env needs {package}: pip install 'r3l[games]' (or pip install {package})"
@@ -309,7 +309,7 @@ class TextArenaGame:
         pass
 
 
-# where a game comes from -> the class that plays it (r3l/envs/openenv_game.py adds "openenv")
+# where a game comes from -> the class that plays it (r3l/envs/games/openenv_game.py adds "openenv")
 GAME_SOURCES: dict[str, Any] = {"gymnasium": GymnasiumGame, "textarena": TextArenaGame}
 _REPLAY_CHECKS: dict[tuple, str | None] = {}  # (source, id, make_args, random map) -> why not replayable
 _SPLITS: dict[tuple, dict[str, tuple[Task, ...]]] = {}  # the settings that make a game's splits -> its splits
@@ -349,7 +349,6 @@ class GymGameEnv(Env):
     deterministic = True
     light = True
     watch_prompt_copies = False
-    fixed_arguments: Mapping[str, Any] = {}  # settings a subclass fixes: neither shown nor taken as env.args
     argument_help = {
         "id": "the game's registered id, e.g. FrozenLake-v1 (Gymnasium) or GuessTheNumber-v0 (TextArena); "
         "env=gym:ID sets it",
@@ -394,8 +393,6 @@ class GymGameEnv(Env):
         fixed_map: bool = False,
         distinct_games: bool = True,
     ):
-        source = self.fixed_arguments.get("source", source)
-        game_reason = self.fixed_arguments.get("game_reason", game_reason)
         if not isinstance(id, str) or not id.strip():
             raise UserError(f"env.args.id must name a registered game, e.g. env=gym:FrozenLake-v1, got {id!r}")
         if source not in GAME_SOURCES:
