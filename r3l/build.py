@@ -24,6 +24,7 @@ from r3l.models.precision import native_bf16
 from r3l.registry import import_submodules
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
+from r3l.rollout.generator_settings import check_settings
 
 if TYPE_CHECKING:
     from r3l.learner.learner import Learner
@@ -149,29 +150,23 @@ def make_learner(config: Config, model, tokenizer, ref_model, ranks=None) -> Lea
     )
 
 
-def make_generator(config: Config, model, tokenizer) -> Generator:
+def generator_class(config: Config) -> type[Generator]:
     import_submodules(*GENERATOR_PACKAGES)
-    g = config.generator
-    cls: Callable[..., Generator] = GENERATORS.get(g.name)  # each takes (model, tokenizer, its own settings)
-    accepted = inspect.signature(cls.__init__).parameters
+    return GENERATORS.get(config.generator.name)
+
+
+def generator_settings(config: Config) -> dict[str, Any]:
+    """The chosen generator's own settings, checked against its constructor (one line for the first bad one)."""
+    return check_settings(config.generator.name, generator_class(config), config.generator.settings)
+
+
+def make_generator(config: Config, model, tokenizer) -> Generator:
+    cls: Callable[..., Generator] = generator_class(config)
     lora = config.model.lora
-    settings: dict[str, Any] = {  # the constructor's parameters, each from the generator setting of `source`
-        "prefill_chunk": g.prefill_chunk,
-        "engine_args": g.engine_args,
-        "sleep": g.sleep,
-        "decode": g.decode,
-        "lora_rank": lora.r if lora.enabled and g.lora_sync == "adapter" else None,
-    }
-    source = {"lora_rank": "lora_sync"}
-    for name in settings:
-        setting = source.get(name, name)
-        if name not in accepted and getattr(g, setting) != type(g).model_fields[setting].default:
-            raise UserError(
-                f"generator '{g.name}' has no setting generator.{setting}; remove it (or choose the "
-                "generator it belongs to: r3l config shows each setting's generator)"
-            )
-    settings["dtype"] = DTYPES[generator_dtype(config)]
-    return cls(model, tokenizer, **{name: value for name, value in settings.items() if name in accepted})
+    given_by_run = {"dtype": DTYPES[generator_dtype(config)], "lora_rank": lora.r if lora.enabled else None}
+    accepted = inspect.signature(cls.__init__).parameters  # a generator without LoRA support takes no lora_rank
+    run = {name: value for name, value in given_by_run.items() if name in accepted}
+    return cls(model, tokenizer, **run, **generator_settings(config))
 
 
 def stop_strings(config: Config) -> tuple[str, ...]:
@@ -242,6 +237,7 @@ def evaluate_held_out(config: Config, tasks: Sequence[Task], context: RolloutCon
 
 def build_parts(config: Config) -> Parts:
     make_env = env_factory(config)
+    generator_settings(config)  # a bad generator setting fails before the model loads
     model, tokenizer = load_model(config)
     generator = make_generator(config, model, tokenizer)
     base = rollout_context(config, make_env, generator, tokenizer)

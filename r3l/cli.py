@@ -238,6 +238,22 @@ def envs(name: str | None = typer.Argument(None, help="Show this environment's s
 
 
 @app.command()
+def generators(name: str | None = typer.Argument(None, help="Show this generator's settings (generator.NAME).")):
+    """List the generators, or one generator's settings with their defaults and help."""
+    from r3l.build import GENERATOR_PACKAGES
+    from r3l.registry import import_submodules
+    from r3l.rollout.generator import GENERATORS
+    from r3l.rollout.generator_settings import describe
+
+    import_submodules(*GENERATOR_PACKAGES)
+    for listed, cls in GENERATORS:
+        if name is None or listed == name:
+            typer.echo(describe(listed, cls))
+    if name is not None and name not in GENERATORS:
+        GENERATORS.get(name)  # one line naming the generators there are
+
+
+@app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run directory written by `r3l train` or `r3l bench`.")):
     """Render PNG plots of a run's metrics into RUN_DIR/plots/."""
     from r3l.logging.hack_watch import hack_watch_line
@@ -321,17 +337,22 @@ def compare(
 
 @app.command()
 def config(args: list[str] | None = typer.Argument(None, help=ARGS_HELP)):
-    """Print the fully resolved configuration (every key with its value; env.args with the environment's
-    defaults filled in, a required one as null)."""
-    from r3l.config import dump_config
+    """Print the fully resolved configuration (every key with its value; env.args and the generator's own settings
+    with their defaults filled in, a required env.args as null)."""
+    from r3l.build import generator_class, generator_settings
+    from r3l.config import GeneratorConfig, dump_config
     from r3l.envs import env_class
     from r3l.envs.arguments import default_arguments
+    from r3l.rollout.generator_settings import default_settings
 
     resolved = load(args)
     env = resolved.env.model_copy(
         update={"args": {**default_arguments(env_class(resolved.env.name)), **resolved.env.args}}
     )
-    typer.echo(dump_config(resolved.model_copy(update={"env": env})), nl=False)
+    given = resolved.generator
+    own = {**default_settings(generator_class(resolved)), **generator_settings(resolved)}
+    generator = GeneratorConfig(name=given.name, dtype=given.dtype, **own)
+    typer.echo(dump_config(resolved.model_copy(update={"env": env, "generator": generator})), nl=False)
 
 
 def main() -> None:

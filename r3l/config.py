@@ -82,31 +82,22 @@ class EnvConfig(Section):
 
 
 class GeneratorConfig(Section):
+    """The generator (`generator.name`) and its dtype; every other key is the chosen generator's own setting, read
+    from its constructor and checked when it is built (`r3l generators` lists them, `r3l config` shows them)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
     name: str = "hf"
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description="generation dtype; auto: bfloat16 where bf16 is native (a GPU, a CPU with AVX512-BF16 "
         "or AMX), else float32",
     )
-    prefill_chunk: int = Field(64, gt=0, description="hf: prompts prefilled together")
-    decode: Literal["dynamic", "static", "compiled"] = Field(
-        "dynamic",
-        description="hf: KV cache of the decode loop: dynamic (drops finished rows), static "
-        "(preallocated), compiled (static + torch.compile, CUDA graphs on a GPU)",
-    )
-    engine_args: dict[str, Any] = Field(
-        {}, description="vllm: arguments of vllm.LLM (max_model_len, gpu_memory_utilization, enforce_eager, ...)"
-    )
-    sleep: Literal["auto"] | bool = Field(
-        "auto",
-        description="vllm: free the engine's memory while the learner "
-        "trains (true, false, or auto: where vLLM supports it, CUDA)",
-    )
-    lora_sync: Literal["adapter", "merged"] = Field(
-        "adapter",
-        description="vllm with model.lora.enabled: adapter = the engine serves the base weights once and "
-        "receives only the LoRA adapter after each update; merged = full merged weights every update",
-    )
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The generator's own settings as given (not yet checked against its constructor)."""
+        return dict(self.model_extra or {})
 
     @model_validator(mode="before")
     @classmethod

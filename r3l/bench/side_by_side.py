@@ -85,7 +85,8 @@ TRL_GENERATOR_LABELS = {"hf": "transformers generate", "vllm": "vLLM colocate"}
 
 def generator_label(config) -> str:
     g = config.generator
-    return {"hf": f"HF loop, {g.decode} KV cache", "vllm": "vLLM in-process"}.get(g.name, g.name)
+    decode = g.settings.get("decode", "dynamic")
+    return {"hf": f"HF loop, {decode} KV cache", "vllm": "vLLM in-process"}.get(g.name, g.name)
 
 
 def our_settings(ctx: BenchContext) -> dict:

@@ -6,8 +6,10 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Annotated, Literal
 
 import torch
+from pydantic import Field
 
 from r3l.models.cache import cache_of, with_cache
 from r3l.rollout.constraints import Constrainer, Follower
@@ -61,7 +63,18 @@ class HFGenerator(Generator):
     """Samples from its own copy of the policy, in `dtype` (bf16 is fastest on CPUs with AMX/AVX512-BF16)."""
 
     def __init__(
-        self, model, tokenizer, dtype: torch.dtype = torch.bfloat16, prefill_chunk: int = 64, decode: str = "dynamic"
+        self,
+        model,
+        tokenizer,
+        dtype: torch.dtype = torch.bfloat16,
+        prefill_chunk: Annotated[int, Field(gt=0, description="prompts prefilled together")] = 64,
+        decode: Annotated[
+            Literal["dynamic", "static", "compiled"],
+            Field(
+                description="KV cache of the decode loop: dynamic (drops finished rows), static (preallocated), "
+                "compiled (static + torch.compile, CUDA graphs on a GPU)"
+            ),
+        ] = "dynamic",
     ):
         if decode not in DECODE_MODES:
             raise ValueError(f"decode must be one of {DECODE_MODES}, not {decode!r}")

@@ -17,9 +17,10 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field
 
 from r3l.errors import UserError
 from r3l.rollout.constraints import Constrainer, Constraint
@@ -99,12 +100,30 @@ class VLLMGenerator(Generator):
         model,
         tokenizer,
         dtype: torch.dtype = torch.bfloat16,
-        engine_args: dict[str, Any] | None = None,
-        sleep: str | bool = "auto",
+        engine_args: Annotated[
+            dict[str, Any] | None,
+            Field(description="arguments of vllm.LLM (max_model_len, gpu_memory_utilization, enforce_eager, ...)"),
+        ] = None,
+        sleep: Annotated[
+            Literal["auto"] | bool,
+            Field(
+                description="free the engine's memory while the learner trains (true, false, or auto: where "
+                "vLLM supports it, CUDA)"
+            ),
+        ] = "auto",
+        lora_sync: Annotated[
+            Literal["adapter", "merged"],
+            Field(
+                description="with model.lora.enabled: adapter = the engine serves the base weights once and "
+                "receives only the LoRA adapter after each update; merged = full merged weights every update"
+            ),
+        ] = "adapter",
         lora_rank: int | None = None,
     ):
-        """`lora_rank`: serve the base weights once and take the policy's LoRA adapter (of at most this rank)
-        after each update (`sync_adapter`) instead of merged weights."""
+        """`lora_rank`: the policy's LoRA rank (None: no LoRA); with `lora_sync=adapter` the engine serves the base
+        weights once and takes the adapter (of at most this rank) after each update (`sync_adapter`) instead of
+        merged weights."""
+        lora_rank = lora_rank if lora_sync == "adapter" else None
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm

@@ -19,8 +19,10 @@ import json
 import re
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Annotated
 
 import torch
+from pydantic import Field
 
 from r3l.algorithms import token_logprobs
 from r3l.errors import UserError
@@ -124,14 +126,18 @@ def coin(*parts: object) -> float:
 
 @GENERATORS.register("scripted")
 class ScriptedGenerator(HFGenerator):
+    """Test backend: replies scripted from the prompt and a seeded coin (a right answer at `success_rate`)."""
+
     def __init__(
         self,
         model,
         tokenizer,
         dtype: torch.dtype = torch.float32,
-        prefill_chunk: int = 64,
-        success_rate: float = 0.5,
-        first_success_rate: float = 0.0,
+        prefill_chunk: Annotated[int, Field(gt=0, description="prompts prefilled together")] = 64,
+        success_rate: Annotated[float, Field(ge=0, le=1, description="share of replies that answer right")] = 0.5,
+        first_success_rate: Annotated[
+            float, Field(ge=0, le=1, description="the same for a task's first attempt (R3's failure set)")
+        ] = 0.0,
     ):
         super().__init__(model, tokenizer, dtype=dtype, prefill_chunk=prefill_chunk)
         self.success_rate = success_rate
