@@ -12,6 +12,8 @@ import copy
 import os
 import signal
 import socket
+import threading
+import time
 from collections.abc import Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -23,7 +25,7 @@ import torch.multiprocessing as mp
 
 from r3l.config import Config
 from r3l.distributed.fsdp import RankGroup
-from r3l.errors import RunStopped
+from r3l.errors import RunStopped, UserError
 
 
 def _full_options(**extra):
@@ -93,33 +95,70 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def join_group(rank: int, world: int, port: int, backend: str, timeout_s: float) -> None:
-    """Join the learner ranks' group; on CUDA, rank r on GPU r, with gloo beside NCCL for the CPU-side
-    collectives (command broadcasts, metric sums)."""
+COMMAND_WAIT = timedelta(days=7)  # ranks > 0 wait this long for rank 0's next command (rollouts, evaluation)
+
+
+def rank_devices(device: str, world: int, device_count: int) -> list[str]:
+    """The device of each learner rank: on CUDA, rank r on the GPU r places after the model's own (model.device
+    cuda:N puts rank 0 on cuda:N); on a CPU, every rank on the CPU. More ranks than GPUs is one line, not a rank
+    that dies in `set_device` while the others wait for it."""
+    if not device.startswith("cuda"):
+        return ["cpu"] * world
+    first = int(device.partition(":")[2] or 0)
+    if first + world > device_count:
+        raise UserError(
+            f"distributed.learner_ranks={world} needs {world} GPUs from cuda:{first}, and this machine has "
+            f"{device_count}; lower distributed.learner_ranks (one rank per GPU) or set model.device=cuda:0"
+        )
+    return [f"cuda:{first + rank}" for rank in range(world)]
+
+
+def join_group(rank: int, world: int, port: int, device: str, timeout_s: float):
+    """Join the learner ranks' group (NCCL beside gloo on CUDA, gloo on a CPU) and return the group commands go
+    over: gloo, with a wait of days, so that ranks idle through rank 0's rollouts and evaluations do not time out
+    (the collectives of a command keep `timeout_s`)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-        backend = "cpu:gloo,cuda:nccl"
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+    options: dict[str, Any] = {}
+    backend = "gloo"
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        backend, options["device_id"] = "cpu:gloo,cuda:nccl", torch.device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s), **options)
+    return dist.new_group(backend="gloo", timeout=COMMAND_WAIT)
 
 
-def rank_config(config: Config, rank: int) -> Config:
-    """The run's config as rank `rank` builds its model: on CUDA, its own GPU."""
-    if not str(config.model.device).startswith("cuda"):
+def exit_with_parent() -> None:
+    """A rank waiting days for a command must not outlive a training process killed without a word (kill -9)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(2.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def rank_config(config: Config, device: str) -> Config:
+    """The run's config as a rank builds its model: on its own device."""
+    if device == "cpu":
         return config
-    return config.model_copy(update={"model": config.model.model_copy(update={"device": f"cuda:{rank}"})})
+    return config.model_copy(update={"model": config.model.model_copy(update={"device": device})})
 
 
-def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str, timeout_s: float) -> None:
+def serve_rank(rank: int, devices: list[str], config_json: dict, port: int, timeout_s: float) -> None:
     """A learner rank > 0: build the same learner as rank 0, then mirror each command it announces."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle: it finishes the step, then stops us
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    exit_with_parent()
+    commands = join_group(rank, len(devices), port, devices[rank], timeout_s)  # before the slow imports below
+
     from r3l.build import load_model, make_learner, quiet_libraries, trainable_policy
     from r3l.seeding import seed_everything
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle: it finishes the step, then stops us
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     quiet_libraries()
-    join_group(rank, world, port, backend, timeout_s)
-    config = rank_config(Config.model_validate(config_json), rank)
+    config = rank_config(Config.model_validate(config_json), devices[rank])
     seed_everything(config.run.seed)
     model, tokenizer = load_model(config)
     model, ref_model = trainable_policy(config, model)
@@ -136,7 +175,7 @@ def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str
     try:
         while True:
             box: list = [None]
-            dist.broadcast_object_list(box, src=0)
+            dist.broadcast_object_list(box, src=0, group=commands)
             name, payload = box[0]
             if name == "stop":
                 break
@@ -153,10 +192,11 @@ class LearnerGroup:
         self.world = settings.learner_ranks
         self.model = model
         device = next(model.parameters()).device
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        count = torch.cuda.device_count() if device.type == "cuda" else 0
+        devices = rank_devices(str(device) if device.index is None else f"cuda:{device.index}", self.world, count)
         port = free_port()
         context = mp.get_context("spawn")
-        arguments = (self.world, config.model_dump(mode="json"), port, backend, settings.worker_timeout_s)
+        arguments = (devices, config.model_dump(mode="json"), port, settings.worker_timeout_s)
         self.processes = [
             context.Process(target=serve_rank, args=(rank, *arguments), daemon=True) for rank in range(1, self.world)
         ]
@@ -165,7 +205,7 @@ class LearnerGroup:
         self.closed = False
         self.busy = True  # until the group is up: a failure now cannot send "stop" to ranks not listening
         try:
-            join_group(0, self.world, port, backend, settings.worker_timeout_s)
+            self.commands = join_group(0, self.world, port, devices[0], settings.worker_timeout_s)
             self.learner = _make(config, copy.deepcopy(model), tokenizer, ref_model)
         except BaseException:
             self.close()
@@ -180,7 +220,7 @@ class LearnerGroup:
         if self._dead():
             raise RunStopped(f"learner rank(s) {self._dead()} exited; the run cannot go on (see their output above)")
         self.busy = True  # until the command's collectives are done (see `_command`)
-        dist.broadcast_object_list([(name, payload)], src=0)
+        dist.broadcast_object_list([(name, payload)], src=0, group=self.commands)
 
     @contextmanager
     def _command(self):

@@ -147,8 +147,10 @@ def unreadable(path: Path, error: Exception) -> UserError:
 
 
 def read_checkpoint_file(path: Path) -> Any:
-    """torch.load of a checkpoint file; a damaged or truncated file is one clear UserError naming it."""
+    """torch.load of a checkpoint file onto the host (a GPU run's checkpoint loads on a CPU machine, and on a GPU
+    no state lands on cuda:0 first: `Optimizer.load_state_dict` moves each state to its parameter's device); a
+    damaged or truncated file is one clear UserError naming it."""
     try:
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=False, map_location="cpu")
     except Exception as error:  # noqa: BLE001 - a damaged file raises whatever the unpickler trips on
         raise unreadable(path, error) from None

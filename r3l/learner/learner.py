@@ -103,6 +103,13 @@ def suffix_hidden(decoder, batch) -> torch.Tensor:
     ).last_hidden_state
 
 
+def per_layer_units(share_prefix: bool, gradient_checkpointing: bool) -> bool:
+    """Whether FSDP wraps each decoder layer on its own: yes unless the shared-prefix forward runs (it calls the
+    decoder's layers through one KV cache, so the policy is one unit); gradient checkpointing turns that path off,
+    and then whole fp32 parameters gathered for the full forward and backward would waste the sharding."""
+    return not share_prefix or gradient_checkpointing
+
+
 class Learner:
     def __init__(
         self,
@@ -135,7 +142,11 @@ class Learner:
         if self.ref_model is not None:
             self.forward_modules[id(self.ref_model)] = MaskedLogits(self.ref_model)
         if ranks is not None:  # before the optimizer: sharding replaces the parameters
-            ranks.shard(model, self.forward_modules[id(model)], per_layer=not train.share_prefix)
+            ranks.shard(
+                model,
+                self.forward_modules[id(model)],
+                per_layer=per_layer_units(train.share_prefix, gradient_checkpointing),
+            )
         trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay, fused=self.fused_optimizer

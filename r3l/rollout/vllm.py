@@ -64,6 +64,13 @@ def sleep_wanted(setting: str | bool, available: bool) -> bool:
     return setting is True or (setting == "auto" and available)
 
 
+def release_cached_memory() -> None:
+    """Hand the learner's freed CUDA blocks back before the engine wakes: the caching allocator keeps them reserved,
+    and vLLM's wake needs fresh physical memory (TRL empties the cache before `wake_up` for the same reason)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 FALLBACK_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's MaxLoRARanks
 
 
@@ -191,6 +198,7 @@ class VLLMGenerator(Generator):
     def sync_weights(self, state_dict) -> None:
         started = time.perf_counter()
         if self.asleep:  # the weights' memory first, so the reload and the KV cache never hold memory together
+            release_cached_memory()
             self.llm.wake_up(tags=["weights"])
         # vLLM's in-place reload takes checkpoint-format (name, tensor) pairs and redoes its own post-processing
         # (fused QKV, CPU weight packing); a plain model.load_weights fails once weights are repacked
@@ -217,6 +225,7 @@ class VLLMGenerator(Generator):
             raise RuntimeError("this vLLM engine was built without LoRA (lora_rank); sync merged weights instead")
         started = time.perf_counter()
         if self.asleep:
+            release_cached_memory()
             self.llm.wake_up()
             self.asleep = False
         number = int(self._stats["weight_syncs"]) + 1
