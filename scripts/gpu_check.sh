@@ -2,41 +2,63 @@
 # The GPU check, one command on a CUDA machine, from the checkout root, r3l importable (pip install -e . or
 # `source .gpu/b/unpack.sh` on an offline machine, see scripts/gpu_pack.sh):
 #
-#   bash scripts/gpu_check.sh [OUTDIR]          # default OUTDIR: gpu-check
+#   bash scripts/gpu_check.sh [OUTDIR]          # default OUTDIR: gpu-check; about 10 minutes on one H200
 #
-# 1. the `cuda` tests (shared-prefix vs plain forward/backward in bf16, finite updates, the cuDNN case);
-# 2. the default job on CUDA: learns (held-out gain >= 10 points), no collapse, finite weights;
-# 3. `r3l bench --vs trl` on CUDA at the default job's shape and at Qwen2.5-1.5B's shape (random weights);
-# 4. issue 11's figures: our side alone at the 1.5B shape (64 completions x 128 tokens) with each HF decode path
-#    (dynamic, static, compiled: which is fastest decides generator.decode's default on CUDA), and, where vLLM is
-#    installed, generator=vllm against TRL's vLLM colocate mode.
-# Everything lands in OUTDIR; the last lines summarise each part. Exit status: the number of failed parts.
+# Each part runs with its output in OUTDIR/<part>.log and is counted by its own exit status (never through a
+# pipeline, whose status would be the last command's); a part that must be refused is counted as passed only when
+# it exits 2 with one line. Parts: the `cuda` tests; learner ranks on one GPU (2 ranks refused in one line) and,
+# where there are several GPUs, 2 ranks training; Ray rollout workers without and with a GPU share; each
+# examples/layout_*.yaml for 2 steps at the Qwen2.5-1.5B shape (random weights); vLLM colocated sleep/wake with the
+# memory each phase holds; a GPU checkpoint resumed on the CPU; the default job learning on CUDA.
+# The last lines are one table, part | result | seconds. Exit status: the number of failed parts.
 set -u
 OUT=${1:-gpu-check}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-failed=0
-part() { echo "== $1"; shift; "$@"; local rc=$?; echo "== rc=$rc"; [ $rc -eq 0 ] || failed=$((failed + 1)); return 0; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
-$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" | tee "$OUT/device.txt"
-part "cuda tests" $PY -m pytest -q -m cuda tests/test_cuda.py -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.txt"
-part "default job on cuda" bash -c "$PY -m r3l.cli train model.device=cuda run.dir=$OUT run.name=default-cuda \
-  logging.progress=false > $OUT/train.json 2> $OUT/train.log; tail -n 3 $OUT/train.log; \
-  $PY scripts/check_run.py $OUT/default-cuda"
-part "bench, default job" $PY -m r3l.cli bench --vs trl model.device=cuda --sections side_by_side,limits \
-  --out "$OUT/bench-default"
-part "bench, Qwen2.5-1.5B shape" $PY -m r3l.cli bench --vs trl model.device=cuda model=random:qwen2.5-1.5b \
-  sampling.max_new_tokens=128 --sections side_by_side,limits --repeats 3 --warmup 1 --out "$OUT/bench-1.5b"
-QWEN="model=random:qwen2.5-1.5b sampling.max_new_tokens=128 train.tasks_per_step=8 sampling.group_size=8"
-for decode in dynamic static compiled; do
-  part "bench, 1.5B shape, r3l alone, generator.decode=$decode" $PY -m r3l.cli bench model.device=cuda $QWEN \
-    generator.decode=$decode --sections side_by_side,limits --repeats 3 --warmup 1 --out "$OUT/bench-1.5b-$decode"
+source "$(dirname "$0")/check_parts.sh"  # part, summary: each part counted by its own exit status
+
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.device_count(), \
+'x', torch.cuda.get_device_name(0))" | tee "$OUT/device.txt"
+GPUS=$($PY -c "import torch; print(torch.cuda.device_count())")
+TWO_STEPS="train.steps=2 train.tasks_per_step=4 sampling.group_size=4 sampling.max_new_tokens=32 eval.size=0 \
+logging.progress=false logging.tensorboard=false"
+QWEN="model=random:qwen2.5-1.5b"
+
+part "cuda tests" ok $PY -m pytest -q -m cuda tests/test_cuda.py -p no:cacheprovider
+part "learner ranks: 1 rank on cuda" ok $PY -m r3l.cli train model=tiny-random model.device=cuda $TWO_STEPS \
+  run.dir="$OUT" run.name=rank1
+if [ "$GPUS" -ge 2 ]; then
+  part "learner ranks: 2 ranks on 2 GPUs" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
+    distributed.learner_ranks=2 $TWO_STEPS run.dir="$OUT" run.name=rank2
+else
+  part "learner ranks: 2 ranks on 1 GPU are refused" refused $PY -m r3l.cli train model=tiny-random \
+    model.device=cuda distributed.learner_ranks=2 $TWO_STEPS run.dir="$OUT" run.name=rank2
+fi
+if $PY -c "import ray" 2>/dev/null; then
+  part "ray workers without a GPU (learner on cuda)" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
+    distributed.rollout_workers=2 distributed.worker_gpus=0 $TWO_STEPS run.dir="$OUT" run.name=workers-cpu
+  part "ray workers with a GPU share" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
+    distributed.rollout_workers=2 distributed.worker_gpus=0.25 $TWO_STEPS run.dir="$OUT" run.name=workers-gpu
+else
+  rows+=("ray is not installed here: rollout workers not checked")
+fi
+for layout in examples/layout_*.yaml; do
+  name=$(basename "$layout" .yaml)
+  part "$name, 2 steps at the 1.5B shape" ok $PY -m r3l.cli train "$layout" $QWEN model.device=cuda env=countdown \
+    agent.max_context_tokens=2048 distributed.ray_address=null $TWO_STEPS run.dir="$OUT" run.name="$name"
 done
 if $PY -c "import vllm" 2>/dev/null; then
-  part "bench, 1.5B shape, generator=vllm vs TRL vLLM colocate" $PY -m r3l.cli bench --vs trl --trl-generator vllm \
-    model.device=cuda $QWEN generator=vllm --sections side_by_side,limits --repeats 3 --warmup 1 --out "$OUT/bench-1.5b-vllm"
+  part "vllm colocated: memory per phase (sleep, learner step, wake)" ok $PY scripts/gpu_memory_phases.py
+  cat "$OUT"/vllm_colocated*.log
 else
-  echo "== vLLM is not installed here: generator=vllm not measured"
+  rows+=("vLLM is not installed here: sleep/wake not measured")
 fi
-echo "failed parts: $failed (outputs in $OUT/)"
+part "a GPU run's checkpoint: 2 steps on cuda" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
+  $TWO_STEPS train.steps=2 train.checkpoint_every=1 train.keep_optimizer=true run.dir="$OUT" run.name=resume
+part "... resumed on the CPU for a third step" ok env CUDA_VISIBLE_DEVICES= $PY -m r3l.cli train \
+  --resume "$OUT/resume" model.device=cpu train.steps=3
+part "default job on cuda learns" ok bash -c "$PY -m r3l.cli train model.device=cuda run.dir=$OUT \
+  run.name=default-cuda logging.progress=false && $PY scripts/check_run.py $OUT/default-cuda"
+summary | tee "$OUT/summary.txt"
 exit $failed

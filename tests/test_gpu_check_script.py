@@ -1,0 +1,41 @@
+"""scripts/gpu_check.sh counts a failed part by the part's own exit status (no pipeline hides it), passes a part
+that must be refused only when it exits 2 with one `error:` line, and exits with the number of failed parts."""
+
+import re
+import subprocess
+from pathlib import Path
+
+PARTS = Path(__file__).resolve().parents[1] / "scripts" / "check_parts.sh"
+
+
+def test_failed_parts_are_counted_and_make_the_exit_status(tmp_path):
+    script = f"""
+OUT={tmp_path}
+source {PARTS}
+part "passes" ok true
+part "fails on purpose" ok bash -c 'echo partial output; exit 3'
+part "refused in one line" refused bash -c 'echo "error: two ranks on one GPU" >&2; exit 2'
+part "refused with a traceback" refused bash -c 'echo "Traceback (most recent call last):" >&2; exit 2'
+part "expected a refusal, ran" refused true
+summary
+exit $failed
+"""
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3, result.stdout + result.stderr
+    cells = [line.split("|") for line in result.stdout.splitlines() if "| " in line]
+    rows = {cell[0].strip(): cell[1].strip() for cell in cells}
+    assert rows["passes"] == "passed (rc 0)"
+    assert rows["fails on purpose"] == "failed (rc 3)"
+    assert rows["refused in one line"] == "passed (rc 2)"
+    assert rows["refused with a traceback"] == "failed (rc 2)"
+    assert rows["expected a refusal, ran"] == "failed (rc 0)"
+    assert "failed parts: 3" in result.stdout
+    assert (tmp_path / "fails_on_purpose.log").read_text() == "partial output\n"
+
+
+def test_the_gpu_check_is_valid_bash_and_counts_with_check_parts():
+    script = PARTS.parent / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert 'source "$(dirname "$0")/check_parts.sh"' in text and "exit $failed" in text
+    assert not re.search(r"^\s*part .*\|\s*tee", text, re.MULTILINE)  # a pipeline's status would hide a failure
