@@ -88,6 +88,48 @@ def ppo_clip(
     return loss, metrics
 
 
+@POLICY_LOSSES.register("gspo")
+def gspo(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    aggregation: str = "seq-mean-token-mean",
+    denominator: float | None = None,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO (Zheng et al. 2025, arXiv 2507.18071): one importance ratio per sequence, length-normalised,
+    s = exp(mean over the sequence's trained tokens of (logp - old_logp)), clipped per sequence:
+    -min(s*A, clip(s, 1-clip_low, 1+clip_high)*A), averaged over sequences (`seq-mean-token-mean`, the paper's).
+
+    Written token by token as GSPO-token: each trained token carries s_t = sg(s) * pi/sg(pi), whose value is s and
+    whose gradient is s * grad logp_t, so the sequence mean of the token terms has GSPO's gradient; the clip decision
+    is the sequence's (every token of a clipped sequence gets no gradient). Per-token advantages are used as given
+    (constant along a sequence for GRPO's). The paper's clip range is tiny (3e-4, 4e-4): the ratio is a geometric
+    mean. Metrics: ``clip_fraction`` (share of trained tokens in clipped sequences), ``ratio_mean``, ``approx_kl``.
+    """
+    _check(logprobs, mask, old_logprobs=old_logprobs, advantages=advantages)
+    if not 0 <= clip_low < 1 or clip_high < 0:
+        raise ValueError(f"gspo needs 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    active = mask != 0
+    weights = mask.to(logprobs.dtype)
+    token_log_ratio = torch.where(active, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    lengths = weights.sum(dim=-1).clamp(min=1.0)
+    sequence_log_ratio = ((token_log_ratio * weights).sum(dim=-1) / lengths).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    sequence_ratio = sequence_log_ratio.exp()
+    own = torch.where(active, logprobs - logprobs.detach(), torch.zeros_like(logprobs))
+    token_ratio = sequence_ratio.detach()[..., None] * own.exp()  # value s, gradient s * grad logp_t
+    unclipped = -advantages * token_ratio
+    clipped = -advantages * token_ratio.clamp(1 - clip_low, 1 + clip_high)
+    per_token = torch.maximum(unclipped, clipped)
+    loss = aggregate(per_token, mask, aggregation, denominator)
+    metrics = {"clip_fraction": _masked_mean((clipped > unclipped).float(), mask)}
+    metrics.update(_off_policy_metrics(logprobs, old_logprobs, mask))
+    return loss, metrics
+
+
 @POLICY_LOSSES.register("opmd")
 def opmd(
     logprobs: torch.Tensor,
@@ -145,3 +187,4 @@ def sft(
 # zero gradient, so a learner may skip its forward and backward pass (keeping the normaliser).
 ppo_clip.advantage_weighted = True
 opmd.advantage_weighted = True
+gspo.advantage_weighted = True
