@@ -185,6 +185,12 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: str = "k3"
     updates_per_batch: int = Field(1, gt=0, description="optimizer passes over each batch (PPO epochs)")
+    shaping_gamma: float = Field(
+        0.1,
+        gt=0,
+        description="shaped-objective samples (Critique-GRPO's refinements) train by -A * p / (p + gamma), in a "
+        "part of their own",
+    )
     sft_loss: Literal["policy_loss", "nll"] = Field(
         "policy_loss",
         description="how SFT-objective samples (R3L's auxiliary SFT) train: policy_loss = the "

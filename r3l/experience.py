@@ -12,8 +12,11 @@ from r3l.rollout.constraints import TokenMasks
 
 KINDS = ("base", "retry", "reflection", "sft")  # what the sample is (see DESIGN); `objective` says how it trains
 # policy: its advantage comes from its group's rewards (the advantage function) and the policy loss trains it;
-# sft: the strategy set its advantage (a weight) and it competes with no group (algorithm.sft_loss trains it)
-OBJECTIVES = ("policy", "sft")
+# sft: the strategy set its advantage (a weight) and it competes with no group (algorithm.sft_loss trains it);
+# shaped: an off-policy refinement (Critique-GRPO's): its advantage comes from its group as a policy sample's, and
+# policy shaping trains it (algorithm.shaping_gamma)
+OBJECTIVES = ("policy", "sft", "shaped")
+GROUP_OBJECTIVES = ("policy", "shaped")  # the objectives whose advantage comes from the group's rewards
 
 
 @dataclass

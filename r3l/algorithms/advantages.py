@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from r3l.errors import UserError
+from r3l.experience import GROUP_OBJECTIVES
 from r3l.registry import Registry
 
 if TYPE_CHECKING:
@@ -185,11 +186,11 @@ def checked_advantages(
 
 
 def assign_advantages(experiences: Sequence[Experience], name: str, args: dict) -> None:
-    """Set the advantage of every policy-objective experience from the rewards of its group, in place.
-
-    Experiences with objective "sft" compete with no group: their advantage is the weight the strategy set.
+    """Set the advantage of every experience that competes in its group (objective "policy" or "shaped") from the
+    group's rewards, in place. Experiences with objective "sft" compete with no group: their advantage is the
+    weight the strategy set.
     """
-    experiences = [e for e in experiences if e.objective == "policy"]
+    experiences = [e for e in experiences if e.objective in GROUP_OBJECTIVES]
     if not experiences:
         return
     group_index: dict[str, int] = {}

@@ -130,6 +130,34 @@ def gspo(
     return loss, metrics
 
 
+@POLICY_LOSSES.register("policy_shaping")
+def policy_shaping(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    aggregation: str = "token-mean",
+    denominator: float | None = None,
+    gamma: float = 0.1,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Policy shaping for off-policy tokens (LUFFY, arXiv 2504.14945; Critique-GRPO's refinements, arXiv
+    2506.03106): aggregate(-A * f(p)), f(p) = p / (p + gamma), p = exp(logp). No ratio to a behaviour policy and no
+    clip: the refinement was sampled under a critique the trained context does not hold. f's gradient,
+    gamma p / (p + gamma)^2 * grad logp, lifts the tokens the policy finds unlikely more than plain -A logp would.
+    Metric ``probability``: the masked token-mean of p (logged as shaped_probability for the refinements).
+    """
+    _check(logprobs, mask, old_logprobs=old_logprobs, advantages=advantages)
+    if not gamma > 0:
+        raise ValueError(f"policy_shaping: gamma must be > 0, got {gamma}")
+    probability = logprobs.clamp(max=0.0).exp()
+    loss = aggregate(-advantages * probability / (probability + gamma), mask, aggregation, denominator)
+    metrics = {"probability": _masked_mean(probability, mask)}
+    if old_logprobs is not None:
+        metrics.update(_off_policy_metrics(logprobs, old_logprobs, mask))
+    return loss, metrics
+
+
 @POLICY_LOSSES.register("opmd")
 def opmd(
     logprobs: torch.Tensor,
@@ -188,3 +216,4 @@ def sft(
 ppo_clip.advantage_weighted = True
 opmd.advantage_weighted = True
 gspo.advantage_weighted = True
+policy_shaping.advantage_weighted = True

@@ -71,6 +71,11 @@ class R3LSettings(StrategySettings):
         description="train the reflection on a successful base episode whose report says 'success' as SFT (R3L's code)",
     )
     sft_weight: float = Field(1.0, ge=0, description="advantage (weight) of each auxiliary SFT sample")
+    retry_objective: Literal["policy", "shaped"] = Field(
+        "policy",
+        description="how a retry trains: policy = as a sample of its group; shaped = policy shaping, an off-policy "
+        "refinement (Critique-GRPO)",
+    )
     reflect_on_success: bool = Field(
         True, description="also reflect on successful base episodes (may retry an inefficient success)"
     )
@@ -374,6 +379,7 @@ class R3LStrategy(Strategy):
             guidance_in_tokens=not s.distill_guidance,
         )
         experience.pivot = start.pivot
+        experience.objective = s.retry_objective
         if s.pivotal_credit:
             experience.loss_mask = pivotal_mask(experience.loss_mask, experience.turn_spans, start.pivot)
         return experience

@@ -248,15 +248,18 @@ class Learner:
     def _loss_parts(self, trained: Sequence[Experience]) -> list[tuple[str, list[Experience], object, dict]]:
         """(name, experiences, loss function, loss args), each part normalised on its own. SFT-objective
         samples join the policy part (algorithm.sft_loss=policy_loss: a positive sample whose advantage is
-        its weight) or form their own part trained by the weighted NLL (sft_loss=nll)."""
+        its weight) or form their own part trained by the weighted NLL (sft_loss=nll); shaped-objective samples
+        (Critique-GRPO's refinements) form their own part trained by policy shaping."""
+        shaped = [e for e in trained if e.objective == "shaped"]
+        rest = [e for e in trained if e.objective != "shaped"]
         if self.algorithm.sft_loss == "policy_loss":
-            return [("policy", list(trained), self.loss_fn, self.algorithm.loss_args)]
-        policy = [e for e in trained if e.objective == "policy"]
-        sft = [e for e in trained if e.objective == "sft"]
-        parts = [
-            ("policy", policy, self.loss_fn, self.algorithm.loss_args),
-            ("sft", sft, POLICY_LOSSES.get("sft"), {"weighted": True}),
-        ]
+            parts = [("policy", rest, self.loss_fn, self.algorithm.loss_args)]
+        else:
+            parts = [
+                ("policy", [e for e in rest if e.objective == "policy"], self.loss_fn, self.algorithm.loss_args),
+                ("sft", [e for e in rest if e.objective == "sft"], POLICY_LOSSES.get("sft"), {"weighted": True}),
+            ]
+        parts.append(("shaped", shaped, POLICY_LOSSES.get("policy_shaping"), {"gamma": self.algorithm.shaping_gamma}))
         return [part for part in parts if part[1]]
 
     def _denominator(self, experiences: Sequence[Experience]) -> float:
