@@ -337,22 +337,18 @@ def compare(
 
 @app.command()
 def config(args: list[str] | None = typer.Argument(None, help=ARGS_HELP)):
-    """Print the fully resolved configuration (every key with its value; env.args and the generator's own settings
-    with their defaults filled in, a required env.args as null)."""
-    from r3l.build import generator_class, generator_settings
-    from r3l.config import GeneratorConfig, dump_config
+    """Print the fully resolved configuration (every key with its value; env.args with the environment's
+    defaults filled in, a required one as null; the generator's own settings as given: `r3l generators NAME` lists
+    them all with their defaults, and reading them would import torch)."""
+    from r3l.config import dump_config
     from r3l.envs import env_class
     from r3l.envs.arguments import default_arguments
-    from r3l.rollout.generator_settings import default_settings
 
     resolved = load(args)
     env = resolved.env.model_copy(
         update={"args": {**default_arguments(env_class(resolved.env.name)), **resolved.env.args}}
     )
-    given = resolved.generator
-    own = {**default_settings(generator_class(resolved)), **generator_settings(resolved)}
-    generator = GeneratorConfig(name=given.name, dtype=given.dtype, **own)
-    typer.echo(dump_config(resolved.model_copy(update={"env": env, "generator": generator})), nl=False)
+    typer.echo(dump_config(resolved.model_copy(update={"env": env})), nl=False)
 
 
 def main() -> None:

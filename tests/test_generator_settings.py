@@ -72,14 +72,16 @@ def test_a_registered_generator_is_built_from_the_config_with_its_own_settings(t
         make_generator(refused, model, tokenizer)
 
 
-def test_the_cli_lists_each_generators_settings_and_config_fills_in_the_defaults():
+def test_the_cli_lists_each_generators_settings_and_train_refuses_a_setting_of_another_in_one_line(tmp_path):
     listed = run_cli("generators")
     assert listed.returncode == 0, listed.stderr
     for line in ("hf: ", "vllm: ", "scripted: ", "  decode ", "  engine_args ", "  success_rate "):
         assert line in listed.stdout
+    one = run_cli("generators", "vllm")
+    assert one.returncode == 0 and one.stdout.startswith("vllm: ") and "hf: " not in one.stdout
     shown = run_cli("config", "generator=vllm", "generator.sleep=false")
-    assert shown.returncode == 0, shown.stderr
-    assert "  sleep: false\n  lora_sync: adapter\n" in shown.stdout
-    bad = run_cli("config", "generator.engine_args={}")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert shown.returncode == 0 and "  sleep: false\n" in shown.stdout, shown.stderr
+    bad = run_cli("train", "model=tiny-random", "generator.engine_args={}", f"run.dir={tmp_path}", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
     assert "generator 'hf' has no setting generator.engine_args" in bad.stderr
+    assert not any(tmp_path.iterdir())  # refused before anything was built or written
