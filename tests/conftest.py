@@ -1,4 +1,5 @@
 """Shared fixtures: the tiny-random policy (real tokenizer, random weights) and a CLI runner."""
+
 from __future__ import annotations
 
 import os
@@ -25,5 +26,6 @@ def tiny():
 
 def run_cli(*args: str, cwd=None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run `r3l ARGS` in a subprocess, as a user would."""
-    return subprocess.run([sys.executable, "-m", "r3l.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "r3l.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )

@@ -1,4 +1,5 @@
 """Advantage functions on hand-computed numbers."""
+
 import pytest
 import torch
 
@@ -83,8 +84,10 @@ def test_positive_amplified_params():
     out = adv("positive_amplified", [1, 0.5, 0, 0], [0] * 4, alpha=2.0, success_value=3.0, success_threshold=0.5)
     close(out, [3.0, 3.0, -0.375, -0.375])
     # threshold 2: nobody succeeds; A = [.625, .125, -.375, -.375] -> positives *2 = [1.25, .25]
-    close(adv("positive_amplified", [1, 0.5, 0, 0], [0] * 4, alpha=2.0, success_threshold=2.0),
-          [1.25, 0.25, -0.375, -0.375])
+    close(
+        adv("positive_amplified", [1, 0.5, 0, 0], [0] * 4, alpha=2.0, success_threshold=2.0),
+        [1.25, 0.25, -0.375, -0.375],
+    )
 
 
 def test_positive_amplified_all_success_group():

@@ -1,5 +1,6 @@
 """R3L's pure pieces (budget, retry choice, pivotal masks, improvement), action formats, conversation cuts,
 and auxiliary SFT samples in the advantage step and the learner (hand-computed losses and KL)."""
+
 import pytest
 import torch
 
@@ -7,9 +8,9 @@ from r3l.agent.actions import parse_reply
 from r3l.agent.credit import pivotal_mask, turns_only
 from r3l.agent.improvement import IMPROVEMENT_RULES
 from r3l.agent.retry_plan import choose_retries, split_budget
+from r3l.algorithms import assign_advantages
 from r3l.config import AlgorithmConfig, TrainConfig
 from r3l.experience import Experience
-from r3l.algorithms import assign_advantages
 from r3l.learner.learner import Learner
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation
@@ -82,7 +83,7 @@ def test_conversation_cuts_are_token_identical(tiny):
     assert conversation.before_turn(0).tokens == prompt
     for turn in range(3):
         cut = conversation.before_turn(turn)
-        assert cut.tokens == conversation.tokens[:conversation.turn_spans[turn][0]]
+        assert cut.tokens == conversation.tokens[: conversation.turn_spans[turn][0]]
         assert cut.turn_spans == conversation.turn_spans[:turn]
         assert cut.messages[-1]["role"] == "user"
     for turn in range(2):  # after a turn, adding the same observation again reproduces the original exactly
@@ -95,18 +96,35 @@ def test_conversation_cuts_are_token_identical(tiny):
 
 
 def sft_sample(tokens, weight, group="g"):
-    return Experience(group=group, kind="sft", tokens=tokens, loss_mask=[0, 0, 1, 1, 1], logprobs=[0.0] * 5,
-                      reward=1.0, advantage=weight, objective="sft")
+    return Experience(
+        group=group,
+        kind="sft",
+        tokens=tokens,
+        loss_mask=[0, 0, 1, 1, 1],
+        logprobs=[0.0] * 5,
+        reward=1.0,
+        advantage=weight,
+        objective="sft",
+    )
 
 
 def policy_sample(tokens, advantage, group="g"):
-    return Experience(group=group, kind="base", tokens=tokens, loss_mask=[0, 0, 1, 1, 1], logprobs=[0.0] * 5,
-                      reward=1.0, advantage=advantage)
+    return Experience(
+        group=group,
+        kind="base",
+        tokens=tokens,
+        loss_mask=[0, 0, 1, 1, 1],
+        logprobs=[0.0] * 5,
+        reward=1.0,
+        advantage=advantage,
+    )
 
 
 def test_advantages_leave_sft_samples_out_of_the_groups():
-    base = [Experience(group="g", kind="base", tokens=[1, 2], loss_mask=[0, 1], logprobs=[0, 0], reward=r)
-            for r in (1.0, 0.0)]
+    base = [
+        Experience(group="g", kind="base", tokens=[1, 2], loss_mask=[0, 1], logprobs=[0, 0], reward=r)
+        for r in (1.0, 0.0)
+    ]
     sft = sft_sample([1, 2, 3, 4, 5], 0.7)
     assign_advantages([*base, sft], "positive_amplified", {"alpha": 3.0})
     # group mean over the two policy samples only: 0.5 -> [success -> 1.0, -0.5]
@@ -131,8 +149,15 @@ def fresh_learner(tiny, **algorithm):
     model, tokenizer = tiny
     copy = type(model)(model.config)
     copy.load_state_dict(model.state_dict())
-    return copy, Learner(copy, tokenizer, AlgorithmConfig(name="r3l", **algorithm), TrainConfig(lr=1e-9),
-                         temperature=1.0, autocast_bf16=False, ref_model=algorithm.get("kl_coef") and ref_of(tiny))
+    return copy, Learner(
+        copy,
+        tokenizer,
+        AlgorithmConfig(name="r3l", **algorithm),
+        TrainConfig(lr=1e-9),
+        temperature=1.0,
+        autocast_bf16=False,
+        ref_model=algorithm.get("kl_coef") and ref_of(tiny),
+    )
 
 
 def ref_of(tiny):

@@ -1,5 +1,6 @@
 """The ALFWorld adapter against a fake three-place game (ALFWorld and its data cannot be installed here),
 and the real backend's setup errors and game listing."""
+
 import importlib.util
 import json
 
@@ -26,14 +27,20 @@ def task_of(env, game, split="train"):
 def test_tasks_alternate_task_types_and_splits_use_alfworlds_folders(env):
     train, test = env.tasks("train"), env.tasks("test")
     assert [task.data["task_type"] for task in train] == [
-        "pick_and_place_simple", "pick_clean_then_place_in_recep", "pick_clean_then_place_in_recep"]
+        "pick_and_place_simple",
+        "pick_clean_then_place_in_recep",
+        "pick_clean_then_place_in_recep",
+    ]
     assert [task.data["game"] for task in test] == [
-        "valid_seen/pick_clean_then_place_in_recep-Cup-None-Shelf-4/trial_1"]
+        "valid_seen/pick_clean_then_place_in_recep-Cup-None-Shelf-4/trial_1"
+    ]
     assert task_of(env, MUG).id == f"alfworld-{MUG}"
-    unseen = make("alfworld", backend=FakeALFWorld(), test_split="valid_unseen", task_types="pick_and_place_simple",
-                  train_size=1)
+    unseen = make(
+        "alfworld", backend=FakeALFWorld(), test_split="valid_unseen", task_types="pick_and_place_simple", train_size=1
+    )
     assert [task.data["game"] for task in unseen.tasks("test")] == [
-        "valid_unseen/pick_and_place_simple-Book-None-Desk-5/trial_1"]
+        "valid_unseen/pick_and_place_simple-Book-None-Desk-5/trial_1"
+    ]
     assert [task.data["task_type"] for task in unseen.tasks("train")] == ["pick_and_place_simple"]
     with pytest.raises(UserError, match="unknown split 'dev'"):
         env.tasks("dev")
@@ -43,10 +50,16 @@ def test_reset_shows_the_task_and_the_admissible_actions(env):
     observation = env.reset(task_of(env, MUG))
     assert observation.startswith("You are in the middle of a room.")  # TextWorld's banner is gone
     assert "Your task is to: put a clean mug in coffeemachine." in observation
-    assert observation.endswith("Valid actions: go to coffeemachine 1, go to countertop 1, go to sinkbasin 1, "
-                                "inventory, look")
-    assert env.admissible_actions == ["go to coffeemachine 1", "go to countertop 1", "go to sinkbasin 1", "inventory",
-                                      "look"]
+    assert observation.endswith(
+        "Valid actions: go to coffeemachine 1, go to countertop 1, go to sinkbasin 1, inventory, look"
+    )
+    assert env.admissible_actions == [
+        "go to coffeemachine 1",
+        "go to countertop 1",
+        "go to sinkbasin 1",
+        "inventory",
+        "look",
+    ]
 
 
 def test_solving_the_game_pays_one_on_the_winning_step(env):
@@ -81,8 +94,10 @@ def test_max_steps_ends_the_episode_with_feedback():
     results = [env.step(action) for action in ["look", "dance", "look"]]
     assert [result.done for result in results] == [False, False, True]
     assert results[-1].info["success"] is False and sum(result.reward for result in results) == 0.0
-    assert results[-1].info["feedback"] == ("The episode ran out of steps (3) at score 0.00 before the task was "
-                                            "completed; 1 of the 3 actions were not valid.")
+    assert results[-1].info["feedback"] == (
+        "The episode ran out of steps (3) at score 0.00 before the task was "
+        "completed; 1 of the 3 actions were not valid."
+    )
     with pytest.raises(RuntimeError, match="episode is over"):
         env.step("look")
 
@@ -100,11 +115,13 @@ def test_replay_rebuilds_the_state(env):
 
 
 def test_settings_are_checked():
-    for settings, problem in [({"test_split": "test"}, "test_split must be one of valid_seen, valid_unseen"),
-                              ({"task_types": ["pick_banana"]}, "task_types must name ALFWorld task types"),
-                              ({"task_types": []}, "task_types must name ALFWorld task types"),
-                              ({"max_steps": 0}, "max_steps must be a whole number >= 1"),
-                              ({"train_size": -1}, "train_size must be a whole number >= 0")]:
+    for settings, problem in [
+        ({"test_split": "test"}, "test_split must be one of valid_seen, valid_unseen"),
+        ({"task_types": ["pick_banana"]}, "task_types must name ALFWorld task types"),
+        ({"task_types": []}, "task_types must name ALFWorld task types"),
+        ({"max_steps": 0}, "max_steps must be a whole number >= 1"),
+        ({"train_size": -1}, "train_size must be a whole number >= 0"),
+    ]:
         with pytest.raises(UserError, match=problem):
             make("alfworld", backend=FakeALFWorld(), **settings)
     env = make("alfworld", backend=FakeALFWorld())
@@ -120,15 +137,19 @@ def test_without_alfworld_the_real_backend_says_what_to_install():
 
 def test_game_listing_reads_alfworlds_folders(tmp_path):
     base = tmp_path / "json_2.1.1" / "valid_seen"
-    for name, solvable in [("pick_and_place_simple-Book-None-Desk-5/trial_b", True),
-                           ("pick_and_place_simple-Book-None-Desk-5/trial_a", True),
-                           ("look_at_obj_in_light-Bowl-None-DeskLamp-1/trial_c", False),
-                           ("pick_clean_then_place_in_recep-AppleSliced-None-Fridge-2/trial_d", True)]:
+    for name, solvable in [
+        ("pick_and_place_simple-Book-None-Desk-5/trial_b", True),
+        ("pick_and_place_simple-Book-None-Desk-5/trial_a", True),
+        ("look_at_obj_in_light-Bowl-None-DeskLamp-1/trial_c", False),
+        ("pick_clean_then_place_in_recep-AppleSliced-None-Fridge-2/trial_d", True),
+    ]:
         (base / name).mkdir(parents=True)
         (base / name / "game.tw-pddl").write_text(json.dumps({"solvable": solvable}))
     (base / "pick_heat_then_place_in_recep-Egg-None-Fridge-3" / "trial_e").mkdir(parents=True)  # no game file
-    assert list_games(str(tmp_path), "valid_seen") == ("valid_seen/pick_and_place_simple-Book-None-Desk-5/trial_a",
-                                                      "valid_seen/pick_and_place_simple-Book-None-Desk-5/trial_b")
+    assert list_games(str(tmp_path), "valid_seen") == (
+        "valid_seen/pick_and_place_simple-Book-None-Desk-5/trial_a",
+        "valid_seen/pick_and_place_simple-Book-None-Desk-5/trial_b",
+    )
     with pytest.raises(UserError, match="no ALFWorld games under .*train; run alfworld-download"):
         list_games(str(tmp_path), "train")
 

@@ -2,26 +2,37 @@
 verifiers: where each format reads the answer (hand-worked), what the prompt asks for, the reply grammar, and a
 reward never earned by copying the prompt. tests/test_official_scorers.py grades the same formats beside
 reasoning-gym's scorer."""
+
 import json
 
 import pytest
 
 import r3l.envs
-from r3l.grading.answer import extract_answer
 from r3l.envs.arithmetic import GsmEnv
 from r3l.envs.reply_grammar import ReplyFormat
-from r3l.grading.verifiers import VERIFIERS
 from r3l.errors import UserError
+from r3l.grading.answer import extract_answer
+from r3l.grading.verifiers import VERIFIERS
 
 MIXED = "First <answer>7</answer>, then on reflection \\boxed{8}."
 
 
-@pytest.mark.parametrize("answer_format, text, expected", [
-    ("tags", MIXED, "7"), ("boxed", MIXED, "8"), ("either", MIXED, "7"), ("either", "so \\boxed{8}", "8"),
-    ("boxed", "\\boxed{\\frac{1}{2}} or \\boxed{3}", "3"), ("boxed", "\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
-    ("boxed", "<answer>7</answer>", None), ("tags", "\\boxed{7}", None), ("boxed", "\\boxed{7", None),
-    ("either", "nothing here 7", None), ("boxed", "\\boxed{}", ""),
-])
+@pytest.mark.parametrize(
+    "answer_format, text, expected",
+    [
+        ("tags", MIXED, "7"),
+        ("boxed", MIXED, "8"),
+        ("either", MIXED, "7"),
+        ("either", "so \\boxed{8}", "8"),
+        ("boxed", "\\boxed{\\frac{1}{2}} or \\boxed{3}", "3"),
+        ("boxed", "\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("boxed", "<answer>7</answer>", None),
+        ("tags", "\\boxed{7}", None),
+        ("boxed", "\\boxed{7", None),
+        ("either", "nothing here 7", None),
+        ("boxed", "\\boxed{}", ""),
+    ],
+)
 def test_each_format_reads_its_own_place(answer_format, text, expected):
     assert extract_answer(text, answer_format) == expected
 
@@ -33,7 +44,9 @@ def test_the_verifiers_read_where_the_format_says():
     assert math("\\boxed{}", "8", answer_format="boxed").feedback == "the answer in \\boxed{} is empty"
     assert math("8", "8", answer_format="boxed").feedback == "no answer found in \\boxed{}"
     assert not math("\\boxed{6 + 2}", "8", answer_format="boxed").success  # a number must be written out
-    assert exact("\\boxed{Paris}", "Paris", answer_format="boxed").success and not exact("\\boxed{Paris}", "Paris").success
+    assert (
+        exact("\\boxed{Paris}", "Paris", answer_format="boxed").success and not exact("\\boxed{Paris}", "Paris").success
+    )
     assert numeric("\\boxed{8.0000001}", "8", answer_format="either").success
     assert numeric("\\boxed{8} so 9", "8").success  # any: the box before the last number
 
@@ -45,8 +58,10 @@ def test_gsm_asks_for_the_format_it_reads_and_fails_bad_settings_early():
     assert task.prompt.split("\n\n")[0] == boxed_task.prompt.split("\n\n")[0]  # the same question
     right = f"Adding up, \\boxed{{{task.answer}}}"
     assert boxed.verify(boxed_task, right).success and not tags.verify(task, right).success
-    assert GsmEnv(seed=1, train_size=0, test_size=1, answer_format="boxed", instruction="").tasks("test")[0].prompt \
+    assert (
+        GsmEnv(seed=1, train_size=0, test_size=1, answer_format="boxed", instruction="").tasks("test")[0].prompt
         == boxed_task.prompt.split("\n\n")[0]
+    )
     with pytest.raises(UserError, match="env.args.answer_format must be one of tags, boxed, either, got 'any'"):
         GsmEnv(answer_format="any")
 
@@ -65,8 +80,9 @@ def test_the_math_dialogue_and_the_dataset_pass_the_format_on(tmp_path):
     dialogue.reset(task)
     assert task.prompt.endswith("in \\boxed{}.") and dialogue.step(f"\\boxed{{{task.answer}}}").info["success"]
     path = tmp_path / "data.jsonl"
-    path.write_text("".join(json.dumps({"prompt": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
-                            for i in range(10)))
+    path.write_text(
+        "".join(json.dumps({"prompt": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(10))
+    )
     boxed = r3l.envs.make("dataset", path=str(path), answer_format="boxed")
     loose = r3l.envs.make("dataset", path=str(path))
     row = boxed.tasks("train")[0]
@@ -83,7 +99,8 @@ def test_structured_replies_end_in_a_boxed_number(tiny):
     model, tokenizer = tiny
     constrainer = Constrainer(tokenizer, model.config.vocab_size)
     constraint = GsmEnv(seed=1, train_size=0, test_size=1, answer_format="boxed").reply_constraint(
-        ReplyFormat(think_chars=40))
+        ReplyFormat(think_chars=40)
+    )
 
     def follows(text):
         return constrainer.replay(constraint, tokenizer(text, add_special_tokens=False)["input_ids"])[1]

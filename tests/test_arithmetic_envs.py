@@ -1,16 +1,17 @@
 """The 'arithmetic' and 'gsm' environments, answer extraction and the named verifiers."""
+
 import logging
 from fractions import Fraction
 
 import pytest
 
 import r3l.envs
-from r3l.grading.answer import extract_final_number, extract_tagged, parse_number, parse_number_literal
 from r3l.envs.arithmetic import ArithmeticEnv, GsmEnv, clear_task_cache
 from r3l.envs.base import Task
+from r3l.errors import UserError
+from r3l.grading.answer import extract_final_number, extract_tagged, parse_number, parse_number_literal
 from r3l.grading.safe_math import evaluate
 from r3l.grading.verifiers import VERIFIERS, answers_match
-from r3l.errors import UserError
 
 NO_ANSWER = "no answer found inside <answer></answer> tags"
 
@@ -42,9 +43,18 @@ def test_extract_final_number():
     assert extract_final_number("it is -7") == "-7"
 
 
-@pytest.mark.parametrize("text, value", [("42", 42), (" -3.5 ", Fraction(-7, 2)), ("1,234", 1234),
-                                         ("$18", 18), ("3/4", Fraction(3, 4)), ("12 apples", 12),
-                                         ("42.", 42)])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("42", 42),
+        (" -3.5 ", Fraction(-7, 2)),
+        ("1,234", 1234),
+        ("$18", 18),
+        ("3/4", Fraction(3, 4)),
+        ("12 apples", 12),
+        ("42.", 42),
+    ],
+)
 def test_parse_number(text, value):
     assert parse_number(text) == value
 
@@ -55,9 +65,21 @@ def test_parse_number_rejects_non_numbers(text):
 
 
 # ---------------------------------------------------------------- grading
-@pytest.mark.parametrize("answer, gold", [("42", "42"), ("42.0", "42"), ("\\boxed{42}", "42"), ("$42$", "42"),
-                                          ("1/2", "0.5"), ("0.5", "\\frac{1}{2}"), ("\\frac{1}{2}", "0.5"),
-                                          ("1+x", "x+1"), ("28,080", "28080"), ("−7", "-7")])
+@pytest.mark.parametrize(
+    "answer, gold",
+    [
+        ("42", "42"),
+        ("42.0", "42"),
+        ("\\boxed{42}", "42"),
+        ("$42$", "42"),
+        ("1/2", "0.5"),
+        ("0.5", "\\frac{1}{2}"),
+        ("\\frac{1}{2}", "0.5"),
+        ("1+x", "x+1"),
+        ("28,080", "28080"),
+        ("−7", "-7"),
+    ],
+)
 def test_answers_match(answer, gold):
     assert answers_match(answer, gold)
 
@@ -67,16 +89,41 @@ def test_answers_do_not_match(answer, gold):
     assert not answers_match(answer, gold)
 
 
-@pytest.mark.parametrize("answer, gold", [("2 + 5", "7"), ("6 * 7", "42"), ("6*7", "42"), ("12/4", "3"),
-                                          ("\\frac{84}{2}", "42"), ("84/2", "42"), ("7/1", "7"), ("2/4", "0.5"),
-                                          ("\\sqrt{49}", "7"), ("x = 7", "7"), ("2^3", "8"), ("(7)", "7")])
+@pytest.mark.parametrize(
+    "answer, gold",
+    [
+        ("2 + 5", "7"),
+        ("6 * 7", "42"),
+        ("6*7", "42"),
+        ("12/4", "3"),
+        ("\\frac{84}{2}", "42"),
+        ("84/2", "42"),
+        ("7/1", "7"),
+        ("2/4", "0.5"),
+        ("\\sqrt{49}", "7"),
+        ("x = 7", "7"),
+        ("2^3", "8"),
+        ("(7)", "7"),
+    ],
+)
 def test_an_unevaluated_expression_never_matches_a_number(answer, gold):
     assert not answers_match(answer, gold)
 
 
-@pytest.mark.parametrize("text, value", [("42", 42), ("-3.5", Fraction(-7, 2)), ("$-55{,}761$", -55761),
-                                         ("\\boxed{7}", 7), ("7 \\text{ cm}", 7), ("\\frac{3}{4}", Fraction(3, 4)),
-                                         ("-3/4", Fraction(-3, 4)), ("50%", 50), ("42.", 42)])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("42", 42),
+        ("-3.5", Fraction(-7, 2)),
+        ("$-55{,}761$", -55761),
+        ("\\boxed{7}", 7),
+        ("7 \\text{ cm}", 7),
+        ("\\frac{3}{4}", Fraction(3, 4)),
+        ("-3/4", Fraction(-3, 4)),
+        ("50%", 50),
+        ("42.", 42),
+    ],
+)
 def test_parse_number_literal(text, value):
     assert parse_number_literal(text) == value
 
@@ -132,8 +179,17 @@ def test_floor_division_golds_from_reasoning_gym_are_skipped(arithmetic):
 
 
 def test_arithmetic_settings_are_passed_through():
-    env = ArithmeticEnv(seed=1, train_size=10, test_size=5, min_terms=2, max_terms=2, min_digits=1,
-                        max_digits=1, operators=["+"], allow_parentheses=False)
+    env = ArithmeticEnv(
+        seed=1,
+        train_size=10,
+        test_size=5,
+        min_terms=2,
+        max_terms=2,
+        min_digits=1,
+        max_digits=1,
+        operators=["+"],
+        allow_parentheses=False,
+    )
     for item in env.tasks("train"):
         left, plus, right = item.data["expression"].split()
         assert plus == "+" and int(left) + int(right) == int(item.answer)
@@ -149,8 +205,16 @@ def test_arithmetic_splits_disjoint_and_deterministic(arithmetic):
 
 
 def test_tiny_problem_space_is_a_clear_error():
-    env = ArithmeticEnv(seed=0, train_size=500, test_size=5, min_terms=1, max_terms=1, min_digits=1,
-                        max_digits=1, allow_parentheses=False)
+    env = ArithmeticEnv(
+        seed=0,
+        train_size=500,
+        test_size=5,
+        min_terms=1,
+        max_terms=1,
+        min_digits=1,
+        max_digits=1,
+        allow_parentheses=False,
+    )
     with pytest.raises(UserError, match="distinct tasks"):
         list(env.tasks("train"))
 
@@ -200,7 +264,10 @@ def test_numeric_verifier():
     assert verify("<answer>3.0000001</answer>", "3").success
     assert verify("the total is 1,200 dollars", "1200").success
     assert verify("<answer>3.01</answer>", "3").feedback == "answered 3.01, the correct answer is 3"
-    assert verify("<answer>three</answer>", "3").feedback == "answered three, which is not a number; give the final value alone"
+    assert (
+        verify("<answer>three</answer>", "3").feedback
+        == "answered three, which is not a number; give the final value alone"
+    )
     assert "not a number" in verify("<answer>3</answer>", "three").feedback
 
 

@@ -2,6 +2,7 @@
 
 Nothing here depends on how fast anything runs: timings are only checked to be recorded.
 """
+
 import json
 from pathlib import Path
 
@@ -21,8 +22,15 @@ from r3l.learner.batching import collate, collate_shared_prefix, forward_work
 from r3l.learner.learner import Learner
 
 SMALL = ModelShape(layers=2, hidden=4, heads=2, kv_heads=1, head_dim=2, intermediate=8, vocab=10)
-TINY_BENCH = ["model=tiny-random", "train.tasks_per_step=2", "sampling.group_size=4", "sampling.max_new_tokens=6",
-              "train.micro_batch_size=4", "logging.progress=false", "logging.tensorboard=false"]
+TINY_BENCH = [
+    "model=tiny-random",
+    "train.tasks_per_step=2",
+    "sampling.group_size=4",
+    "sampling.max_new_tokens=6",
+    "train.micro_batch_size=4",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
 
 
 def test_model_shape_weights_by_hand():
@@ -52,18 +60,33 @@ def test_training_and_decode_arithmetic_by_hand():
 
 def experience(tokens, prompt_length, advantage=1.0, group="g"):
     n = len(tokens)
-    return Experience(group=group, kind="base", tokens=tokens, loss_mask=[0] * prompt_length + [1] * (n - prompt_length),
-                      logprobs=[0.0] * n, reward=0.0, advantage=advantage)
+    return Experience(
+        group=group,
+        kind="base",
+        tokens=tokens,
+        loss_mask=[0] * prompt_length + [1] * (n - prompt_length),
+        logprobs=[0.0] * n,
+        reward=0.0,
+        advantage=advantage,
+    )
 
 
 def test_forward_work_counts_plain_and_shared_prefix_batches():
     plain = collate([experience([1, 2, 3, 4], 2), experience([5, 6], 1)], pad_id=0)
-    assert forward_work(plain) == {"positions": 6, "attention_pairs": 10 + 3, "padded_positions": 8,
-                                   "head_positions": 3}
+    assert forward_work(plain) == {
+        "positions": 6,
+        "attention_pairs": 10 + 3,
+        "padded_positions": 8,
+        "head_positions": 3,
+    }
     # both share the prefix [1, 2]; suffixes [3, 4, 5] and [3, 6] attend to it as well as to themselves
     shared = collate_shared_prefix([experience([1, 2, 3, 4, 5], 3), experience([1, 2, 3, 6], 3)], pad_id=0)
-    assert forward_work(shared) == {"positions": 2 + 5, "attention_pairs": 3 + (6 + 6) + (4 + 3),
-                                    "padded_positions": 2 + 6, "head_positions": 3}
+    assert forward_work(shared) == {
+        "positions": 2 + 5,
+        "attention_pairs": 3 + (6 + 6) + (4 + 3),
+        "padded_positions": 2 + 6,
+        "head_positions": 3,
+    }
     # the same as the two whole sequences (15 and 10 pairs) with the shared prefix's 3 pairs counted once
     assert forward_work(shared)["attention_pairs"] == 15 + 10 - 3
 
@@ -72,10 +95,12 @@ def test_learner_reports_the_work_it_computed(tiny):
     model, tokenizer = tiny
     import copy
 
-    learner = Learner(copy.deepcopy(model), tokenizer, AlgorithmConfig(), TrainConfig(), temperature=1.0,
-                      autocast_bf16=False)
-    metrics = learner.update([experience([1, 2, 3, 4, 5], 3, 1.0), experience([1, 2, 3, 6], 3, -1.0),
-                              experience([1, 2, 3, 7], 3, 0.0)])  # the zero-advantage one is skipped
+    learner = Learner(
+        copy.deepcopy(model), tokenizer, AlgorithmConfig(), TrainConfig(), temperature=1.0, autocast_bf16=False
+    )
+    metrics = learner.update(
+        [experience([1, 2, 3, 4, 5], 3, 1.0), experience([1, 2, 3, 6], 3, -1.0), experience([1, 2, 3, 7], 3, 0.0)]
+    )  # the zero-advantage one is skipped
     assert metrics["forward_positions"] == 7 and metrics["forward_attention_pairs"] == 22
     assert metrics["forward_head_positions"] == 3 and metrics["trained_tokens"] == 4
 
@@ -89,16 +114,28 @@ def test_spread_and_paired_ratios():
 
 
 def workload(**changes):
-    values = dict(settings={"group_size": 8, "dtype": "bfloat16"}, prompt_ids=((1, 2), (3,)), completions=16,
-                  generated_tokens=100, trained_tokens=100)
+    values = dict(
+        settings={"group_size": 8, "dtype": "bfloat16"},
+        prompt_ids=((1, 2), (3,)),
+        completions=16,
+        generated_tokens=100,
+        trained_tokens=100,
+    )
     return Workload(**{**values, **changes})
 
 
 def test_equal_work_check():
     assert equal_work_problems(workload(), workload(generated_tokens=110, trained_tokens=110), 0.15) == []
-    problems = equal_work_problems(workload(), workload(settings={"group_size": 4, "dtype": "bfloat16"},
-                                                        prompt_ids=((1, 2), (4,)), completions=8,
-                                                        generated_tokens=130), 0.15)
+    problems = equal_work_problems(
+        workload(),
+        workload(
+            settings={"group_size": 4, "dtype": "bfloat16"},
+            prompt_ids=((1, 2), (4,)),
+            completions=8,
+            generated_tokens=130,
+        ),
+        0.15,
+    )
     assert problems[0] == "group_size: 8 vs 4"
     assert any("prompt tokens differ in 1 of 2" in p for p in problems)
     assert any(p.startswith("completions: 16 vs 8") for p in problems)
@@ -113,8 +150,10 @@ def test_trl_settings_match_ours_and_refuse_what_trl_cannot_run(tmp_path):
     assert settings["per_device_train_batch_size"] * settings["gradient_accumulation_steps"] == 64
     assert (settings["num_generations"], settings["max_completion_length"], settings["beta"]) == (8, 24, 0.0)
     assert settings["bf16"] and settings["max_steps"] == 7 and not settings["gradient_checkpointing"]
-    bad = load_config(None, ["algorithm.kl_coef=0.1", "train.micro_batch_size=24", "generator.dtype=float32",
-                             "model.autocast_bf16=true"])
+    bad = load_config(
+        None,
+        ["algorithm.kl_coef=0.1", "train.micro_batch_size=24", "generator.dtype=float32", "model.autocast_bf16=true"],
+    )
     problems = trl_mismatches(bad)
     assert len(problems) == 3 and "kl_coef" in problems[0] and "micro_batch_size=24" in problems[1]
 
@@ -133,9 +172,17 @@ def test_trl_generates_with_vllm_colocate_only_where_it_can():
 
 
 def step(seconds, tokens, work=None, decode=None):
-    return StepRecord(seconds=seconds, rollout_seconds=seconds / 2, train_seconds=seconds / 2, prompts=2,
-                      completions=8, generated_tokens=tokens, trained_tokens=tokens, work=work or {},
-                      decode=decode or {})
+    return StepRecord(
+        seconds=seconds,
+        rollout_seconds=seconds / 2,
+        train_seconds=seconds / 2,
+        prompts=2,
+        completions=8,
+        generated_tokens=tokens,
+        trained_tokens=tokens,
+        work=work or {},
+        decode=decode or {},
+    )
 
 
 def test_side_by_side_summary_and_table():
@@ -156,10 +203,16 @@ def test_side_by_side_summary_and_table():
 
 
 def test_limits_figures_by_hand():
-    steps = {"r3l": [
-        step(4.0, 2, work={"positions": 5, "attention_pairs": 15, "head_positions": 2, "padded_positions": 8},
-             decode={"decode_steps": 3, "decode_rows": 4, "decode_kv_positions": 10, "decode_seconds": 2.0}).to_json()
-    ]}
+    steps = {
+        "r3l": [
+            step(
+                4.0,
+                2,
+                work={"positions": 5, "attention_pairs": 15, "head_positions": 2, "padded_positions": 8},
+                decode={"decode_steps": 3, "decode_rows": 4, "decode_kv_positions": 10, "decode_seconds": 2.0},
+            ).to_json()
+        ]
+    }
     data, details = limits.efficiency(SMALL.to_json(), steps, peak=1000.0, bandwidth=100.0, value_bytes=2)
     figures = data["sides"]["r3l"]
     assert details["steps"]["r3l"][0]["train_mfu"] == figures["train_mfu"]
@@ -196,12 +249,14 @@ def test_bench_runs_side_by_side_with_trl_and_writes_json_and_markdown(tmp_path,
     from r3l.bench.run import run_bench
     from r3l.logging.plots import render_report
 
-    monkeypatch.setattr(limits, "gemm_peak", lambda dtype, device: {"flops_per_s": 1e12, "size": 64,
-                                                                     "dtype": "bfloat16", "by_size": {}})
+    monkeypatch.setattr(
+        limits, "gemm_peak", lambda dtype, device: {"flops_per_s": 1e12, "size": 64, "dtype": "bfloat16", "by_size": {}}
+    )
     monkeypatch.setattr(limits, "copy_bandwidth", lambda device: {"bytes_per_s": 1e10, "buffer_mib": 1})
     config = load_config(None, [*TINY_BENCH, f"run.dir={tmp_path / 'runs'}"])
-    out_dir, markdown = run_bench(config, vs="trl", out=tmp_path / "bench", repeats=1, warmup=0,
-                                  sections="side_by_side,limits")
+    out_dir, markdown = run_bench(
+        config, vs="trl", out=tmp_path / "bench", repeats=1, warmup=0, sections="side_by_side,limits"
+    )
     record = json.loads((out_dir / "bench.json").read_text())
     assert any("ratio" in key for key in record) and record["median_step_time_ratio_trl_over_r3l"] > 0
     sides = record["sections"]["side_by_side"]["sides"]
@@ -226,8 +281,12 @@ def test_bench_refuses_an_unknown_competitor(tmp_path):
     from r3l.bench.run import run_bench
 
     with pytest.raises(UserError, match="--vs nope"):
-        run_bench(load_config(None, [*TINY_BENCH, f"run.dir={tmp_path}"]), vs="nope", out=tmp_path / "b",
-                  sections="side_by_side")
+        run_bench(
+            load_config(None, [*TINY_BENCH, f"run.dir={tmp_path}"]),
+            vs="nope",
+            out=tmp_path / "b",
+            sections="side_by_side",
+        )
 
 
 def test_bench_refuses_a_model_that_cannot_sample_in_one_line(tiny, tmp_path):
@@ -241,8 +300,16 @@ def test_bench_refuses_a_model_that_cannot_sample_in_one_line(tiny, tmp_path):
         broken.get_output_embeddings().weight[0, 0] = float("nan")
     broken.save_pretrained(tmp_path / "nan-model")
     tokenizer.save_pretrained(tmp_path / "nan-model")
-    config = load_config(None, [*TINY_BENCH, f"model={tmp_path / 'nan-model'}", f"run.dir={tmp_path}",
-                                "generator.dtype=bfloat16", "model.autocast_bf16=true"])
+    config = load_config(
+        None,
+        [
+            *TINY_BENCH,
+            f"model={tmp_path / 'nan-model'}",
+            f"run.dir={tmp_path}",
+            "generator.dtype=bfloat16",
+            "model.autocast_bf16=true",
+        ],
+    )
     with pytest.raises(UserError, match="non-finite next-token logits in bfloat16 .* no side can sample"):
         run_bench(config, vs="trl", out=tmp_path / "b", sections="side_by_side")
 
@@ -252,9 +319,18 @@ def test_random_shape_models_build_without_download(tmp_path):
     from r3l.models.random_shape import shape_settings
 
     assert shape_settings("qwen2.5-1.5b")["hidden_size"] == 1536
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-        "num_attention_heads": 2, "num_key_value_heads": 1}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+            }
+        )
+    )
     model, tokenizer = load_policy(f"random:{tmp_path}")
     assert model.config.vocab_size == len(tokenizer) and model.config.num_hidden_layers == 1
     with pytest.raises(UserError, match="not a known shape"):

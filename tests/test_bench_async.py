@@ -1,5 +1,6 @@
 """The bench's async_pipeline section: the S = 1 arm really trains batches explored one update earlier, the S = 0
 arm never, and the overlap bound is read from the lock-step arm's phases."""
+
 import json
 
 import pytest
@@ -19,9 +20,19 @@ def test_section_runs_both_arms_with_a_worker(tmp_path, monkeypatch):
 
     monkeypatch.setattr(async_pipeline, "WORKLOAD", ["env=arithmetic"])  # the simulator's JVMs are left to r3l bench
     monkeypatch.setattr(async_pipeline, "WORKER_COUNTS", (1,))
-    config = load_config(None, ["model=tiny-random", "generator.dtype=float32", "model.autocast_bf16=false",
-                                "train.tasks_per_step=2", "sampling.group_size=4", "sampling.max_new_tokens=6",
-                                "distributed.worker_timeout_s=300", f"run.dir={tmp_path / 'runs'}"])
+    config = load_config(
+        None,
+        [
+            "model=tiny-random",
+            "generator.dtype=float32",
+            "model.autocast_bf16=false",
+            "train.tasks_per_step=2",
+            "sampling.group_size=4",
+            "sampling.max_new_tokens=6",
+            "distributed.worker_timeout_s=300",
+            f"run.dir={tmp_path / 'runs'}",
+        ],
+    )
     out_dir, markdown = run_bench(config, out=tmp_path / "bench", repeats=1, warmup=1, sections="async_pipeline")
     section = json.loads((out_dir / "bench.json").read_text())["sections"]["async_pipeline"]
     arms = section["arms"]

@@ -1,5 +1,6 @@
 """The bench's env_processes section: both modes play the same episodes (same steps) and the table reads them
 (run in this process with the JVM-free and the TextWorldExpress workloads; ScienceWorld's is left to `r3l bench`)."""
+
 import json
 
 from r3l.bench import env_processes
@@ -9,10 +10,13 @@ from r3l.config import load_config
 def test_section_measures_both_modes_on_the_same_episodes(tmp_path, monkeypatch):
     from r3l.bench.run import run_bench
 
-    workloads = {label: overrides for label, overrides in env_processes.WORKLOADS.items() if "scienceworld" not in label}
+    workloads = {
+        label: overrides for label, overrides in env_processes.WORKLOADS.items() if "scienceworld" not in label
+    }
     monkeypatch.setattr(env_processes, "WORKLOADS", workloads)
-    config = load_config(None, ["model=tiny-random", "generator=scripted", "sampling.max_new_tokens=48",
-                                f"run.dir={tmp_path / 'runs'}"])
+    config = load_config(
+        None, ["model=tiny-random", "generator=scripted", "sampling.max_new_tokens=48", f"run.dir={tmp_path / 'runs'}"]
+    )
     out_dir, markdown = run_bench(config, out=tmp_path / "bench", repeats=1, warmup=0, sections="env_processes")
     section = json.loads((out_dir / "bench.json").read_text())["sections"]["env_processes"]
     assert section["environments"] == 4 and section["tasks"] == 16

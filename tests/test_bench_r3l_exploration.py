@@ -1,4 +1,5 @@
 """The bench's R3L exploration-cost section: pivot and scratch arms on the same tasks, cost arithmetic."""
+
 import json
 
 from r3l.bench.r3l_exploration import cost_per_success, exploration_config, table
@@ -18,17 +19,41 @@ def test_cost_per_success_and_arms_config():
 
 
 def test_table_says_when_no_retry_succeeded():
-    arm = {"retries": 4, "retry_successes": 0, "retry_tokens": 100, "reflection_tokens": 50,
-           "tokens_per_successful_retry": None, "env": "textworld_express"}
-    markdown = table({"arms": {"pivot": arm, "scratch": arm}, "steps": 1, "tasks": 4,
-                      "tokens_per_success_ratio_scratch_over_pivot": None})
+    arm = {
+        "retries": 4,
+        "retry_successes": 0,
+        "retry_tokens": 100,
+        "reflection_tokens": 50,
+        "tokens_per_successful_retry": None,
+        "env": "textworld_express",
+    }
+    markdown = table(
+        {
+            "arms": {"pivot": arm, "scratch": arm},
+            "steps": 1,
+            "tasks": 4,
+            "tokens_per_success_ratio_scratch_over_pivot": None,
+        }
+    )
     assert "n/a (no successful retry)" in markdown and "| pivot | 4 | 0 | 150 |" in markdown
 
 
 def test_section_runs_both_arms_on_the_same_base_episodes(tmp_path):
-    result = run_cli("bench", "--sections", "r3l_exploration", "model=tiny-random", "generator=scripted",
-                     "env=textworld_express", "env.args.max_steps=4", "env.args.games=[coin]", "--repeats", "1",
-                     "--out", str(tmp_path), timeout=900)
+    result = run_cli(
+        "bench",
+        "--sections",
+        "r3l_exploration",
+        "model=tiny-random",
+        "generator=scripted",
+        "env=textworld_express",
+        "env.args.max_steps=4",
+        "env.args.games=[coin]",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path),
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
     arms = json.loads((tmp_path / "bench.json").read_text())["sections"]["r3l_exploration"]["arms"]
     assert arms["pivot"]["base_tokens"] == arms["scratch"]["base_tokens"] > 0  # same seeds, same base episodes

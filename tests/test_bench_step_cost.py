@@ -1,5 +1,6 @@
 """The bench's step_cost section: R3L and GRPO train on the same tasks, the phases and the learner's work are
 read from the real train step, and padding-aware micro-batches never pad more than one pass per micro-batch."""
+
 import json
 
 from r3l.bench import step_cost
@@ -12,9 +13,19 @@ def test_section_measures_r3l_and_grpo_on_the_same_tasks(tmp_path, monkeypatch):
     capped = "algorithm.strategy_args.reflection_max_new_tokens=48"
     arms = {label: [*overrides, capped] if "r3l" in label else overrides for label, overrides in step_cost.ARMS.items()}
     monkeypatch.setattr(step_cost, "ARMS", arms)
-    config = load_config(None, ["model=tiny-random", "train.tasks_per_step=2", "sampling.group_size=4",
-                                "sampling.max_new_tokens=6", "train.micro_batch_size=4", "structured.reports=true",
-                                "structured.report_field_chars=8", f"run.dir={tmp_path / 'runs'}"])
+    config = load_config(
+        None,
+        [
+            "model=tiny-random",
+            "train.tasks_per_step=2",
+            "sampling.group_size=4",
+            "sampling.max_new_tokens=6",
+            "train.micro_batch_size=4",
+            "structured.reports=true",
+            "structured.report_field_chars=8",
+            f"run.dir={tmp_path / 'runs'}",
+        ],
+    )
     out_dir, markdown = run_bench(config, out=tmp_path / "bench", repeats=1, warmup=0, sections="step_cost")
     section = json.loads((out_dir / "bench.json").read_text())["sections"]["step_cost"]
     figures = section["arms"]

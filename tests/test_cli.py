@@ -1,5 +1,6 @@
 """The CLI's quick commands: `r3l --help`, `r3l envs`, `r3l config` and a refused model name answer without
 importing torch, transformers or reasoning-gym (seconds of imports on a loaded machine)."""
+
 import json
 import subprocess
 import sys
@@ -20,23 +21,30 @@ print(json.dumps(sorted(name for name in heavy if name in sys.modules)), file=sy
 """
 
 
-@pytest.mark.parametrize("args, status", [
-    (["--help"], 0),
-    (["envs"], 0),
-    (["envs", "textworld_express"], 0),
-    (["config", "model=tiny-random"], 0),
-    (["train", "model=/nonexistent"], 2),
-    (["train", "model=./no/such/dir", "env=countdown"], 2),
-    (["eval", "--model", "random:no-such-shape"], 2),
-    (["rollout", "model=/nonexistent"], 2),
-    (["bench", "model=nobody/no/such/model"], 2),
-])
+@pytest.mark.parametrize(
+    "args, status",
+    [
+        (["--help"], 0),
+        (["envs"], 0),
+        (["envs", "textworld_express"], 0),
+        (["config", "model=tiny-random"], 0),
+        (["train", "model=/nonexistent"], 2),
+        (["train", "model=./no/such/dir", "env=countdown"], 2),
+        (["eval", "--model", "random:no-such-shape"], 2),
+        (["rollout", "model=/nonexistent"], 2),
+        (["bench", "model=nobody/no/such/model"], 2),
+    ],
+)
 def test_quick_commands_and_a_refused_model_import_nothing_heavy(args, status, tmp_path):
-    result = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     *lines, imported = result.stderr.strip().splitlines()
     assert json.loads(imported) == [], (args, imported)
     if status:
         assert lines[-1].startswith("error: ") and "model" in lines[-1], result.stderr
     assert not (tmp_path / "runs").exists()
-

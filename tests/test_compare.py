@@ -28,8 +28,10 @@ def test_seeds_and_arms():
         with pytest.raises(UserError, match="--seeds"):
             parse_seeds(bad)
     arms = make_arms(["grpo", "r3l_no_pivotal_credit"], None)
-    assert [(a.label, a.overrides) for a in arms] == [("grpo", ("algorithm=grpo",)),
-                                                      ("r3l_no_pivotal_credit", ("algorithm=r3l_no_pivotal_credit",))]
+    assert [(a.label, a.overrides) for a in arms] == [
+        ("grpo", ("algorithm=grpo",)),
+        ("r3l_no_pivotal_credit", ("algorithm=r3l_no_pivotal_credit",)),
+    ]
     with pytest.raises(UserError, match="neither a YAML file nor an algorithm preset"):
         make_arms(["gpro"], None)
     with pytest.raises(UserError, match="share the name"):
@@ -37,8 +39,10 @@ def test_seeds_and_arms():
 
 
 def _samples(outcomes: list[int], prefix: str = "t") -> list[dict]:
-    return [{"task_id": f"{prefix}{i}", "success": bool(o), "reward": float(o), "completion": "<answer>1</answer>"}
-            for i, o in enumerate(outcomes)]
+    return [
+        {"task_id": f"{prefix}{i}", "success": bool(o), "reward": float(o), "completion": "<answer>1</answer>"}
+        for i, o in enumerate(outcomes)
+    ]
 
 
 def _write_run(directory: Path, steps: int, evaluations: dict[int, list[int]], step_tokens: float = 10.0) -> RunSpec:
@@ -48,12 +52,17 @@ def _write_run(directory: Path, steps: int, evaluations: dict[int, list[int]], s
     rows = []
     for step, outcomes in sorted(evaluations.items()):
         label = "before" if step == 0 else "after" if step == steps else f"step{step}"
-        record = {"success": sum(outcomes) / len(outcomes), "total": len(outcomes), "samples": _samples(outcomes),
-                  "step": step}
+        record = {
+            "success": sum(outcomes) / len(outcomes),
+            "total": len(outcomes),
+            "samples": _samples(outcomes),
+            "step": step,
+        }
         (directory / f"eval_{label}.json").write_text(json.dumps(record))
         rows.append({"step": step, "eval/success": sum(outcomes) / len(outcomes), "eval/seconds": 1.0})
-    rows += [{"step": s, "reward": 0.5, "step_seconds": 2.0, "generated_tokens": step_tokens}
-             for s in range(1, steps + 1)]
+    rows += [
+        {"step": s, "reward": 0.5, "step_seconds": 2.0, "generated_tokens": step_tokens} for s in range(1, steps + 1)
+    ]
     rows.sort(key=lambda row: (row["step"], "step_seconds" not in row))
     (directory / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (directory / "summary.json").write_text(json.dumps({"step": steps}))
@@ -84,14 +93,32 @@ def test_a_run_is_read_problem_by_problem_with_its_whole_cost(tmp_path):
 
 
 def test_two_attempt_evaluations_give_three_measures_and_format_shares():
-    record = {"step": 5, "total": 3, "second_try_verdict_only": {},
-              "samples": [
-                  {"task_id": "a", "first_success": True, "first_attempt": "<answer>1</answer>"},
-                  {"task_id": "b", "first_success": False, "first_attempt": "1", "second_success": True,
-                   "second_attempt": "<answer>2</answer>", "verdict_only_success": False, "verdict_only_attempt": "2"},
-                  {"task_id": "c", "first_success": False, "first_attempt": "3", "second_success": False,
-                   "second_attempt": "4", "verdict_only_success": True, "verdict_only_attempt": "<answer>5</answer>"},
-              ]}
+    record = {
+        "step": 5,
+        "total": 3,
+        "second_try_verdict_only": {},
+        "samples": [
+            {"task_id": "a", "first_success": True, "first_attempt": "<answer>1</answer>"},
+            {
+                "task_id": "b",
+                "first_success": False,
+                "first_attempt": "1",
+                "second_success": True,
+                "second_attempt": "<answer>2</answer>",
+                "verdict_only_success": False,
+                "verdict_only_attempt": "2",
+            },
+            {
+                "task_id": "c",
+                "first_success": False,
+                "first_attempt": "3",
+                "second_success": False,
+                "second_attempt": "4",
+                "verdict_only_success": True,
+                "verdict_only_attempt": "<answer>5</answer>",
+            },
+        ],
+    }
     made = evaluation(record, format_rule=lambda reply: "<answer>" not in reply)
     assert made.outcomes["first"] == {"a": 1.0, "b": 0.0, "c": 0.0}
     assert made.outcomes["second"] == {"a": 1.0, "b": 1.0, "c": 0.0}  # a solved at once keeps its first
@@ -101,8 +128,10 @@ def test_two_attempt_evaluations_give_three_measures_and_format_shares():
 
 
 def _results(tmp_path, arm: str, afters: list[list[int]], steps: int = 4, **kwargs) -> list[RunResult]:
-    return [read_run(_write_run(tmp_path / arm / f"seed{seed}", steps, {0: BEFORE, steps: after}, **kwargs))
-            for seed, after in enumerate(afters)]
+    return [
+        read_run(_write_run(tmp_path / arm / f"seed{seed}", steps, {0: BEFORE, steps: after}, **kwargs))
+        for seed, after in enumerate(afters)
+    ]
 
 
 def test_tables_read_seeds_as_the_unit(tmp_path):
@@ -141,9 +170,11 @@ def test_before_and_after_alone_are_markers_not_a_curve(tmp_path):
 
 def test_evaluations_during_training_make_the_curve_against_steps_or_cost(tmp_path):
     every = {0: BEFORE, 2: [1, 1, 0, 1, 0, 0, 0, 0], 4: [1, 1, 0, 1, 0, 1, 1, 0]}
-    results = [read_run(_write_run(tmp_path / "r3l" / "seed0", 4, every)),
-               read_run(_write_run(tmp_path / "r3l" / "seed1", 4, {**every, 2: [1, 1, 1, 1, 0, 0, 0, 0]})),
-               read_run(_write_run(tmp_path / "grpo" / "seed0", 4, {0: BEFORE, 4: [1] * 8}))]
+    results = [
+        read_run(_write_run(tmp_path / "r3l" / "seed0", 4, every)),
+        read_run(_write_run(tmp_path / "r3l" / "seed1", 4, {**every, 2: [1, 1, 1, 1, 0, 0, 0, 0]})),
+        read_run(_write_run(tmp_path / "grpo" / "seed0", 4, {0: BEFORE, 4: [1] * 8})),
+    ]
     assert [p.step for p in results[0].intermediate()] == [2]
     lines = curves(results)
     assert list(lines) == ["r3l"]  # grpo evaluated only before and after: no curve for it
@@ -184,10 +215,20 @@ def test_settings_on_which_runs_differ():
     def run(label, seed, **settings):
         return RunResult(label, seed, settings={"run.seed": seed, "train.lr": 1e-6, **settings})
 
-    results = [run("grpo", 0, **{"train.micro_batch_size": 32, "algorithm.name": "grpo"}),
-               run("r3", 0, **{"train.micro_batch_size": 8, "algorithm.name": "r3", "algorithm.max_samples": 4}),
-               run("r3", 1, **{"train.micro_batch_size": 8, "train.micro_batch_overhead": 64, "algorithm.name": "r3",
-                                "algorithm.max_samples": 4})]
+    results = [
+        run("grpo", 0, **{"train.micro_batch_size": 32, "algorithm.name": "grpo"}),
+        run("r3", 0, **{"train.micro_batch_size": 8, "algorithm.name": "r3", "algorithm.max_samples": 4}),
+        run(
+            "r3",
+            1,
+            **{
+                "train.micro_batch_size": 8,
+                "train.micro_batch_overhead": 64,
+                "algorithm.name": "r3",
+                "algorithm.max_samples": 4,
+            },
+        ),
+    ]
     assert differing_settings(results) == [
         "- `train.micro_batch_overhead`: grpo absent; r3 seed 0: absent, seed 1: 64",
         "- `train.micro_batch_size`: grpo 32; r3 8",
@@ -208,8 +249,12 @@ def test_budget_arms_run_on_to_the_reference_cost():
     budget = Budget("tokens", "r3l", 59_000, "r3l")
     arm = budget_arm(Arm("grpo", "examples/x.yaml", ("algorithm=grpo",)), [results[0]], budget, 30, 0)
     # 600 tokens a step: 99 steps predicted, capped at 3x; evaluated every 30 steps (its equal-steps length)
-    assert arm == Arm("grpo@tokens", "examples/x.yaml", ("algorithm=grpo",),
-                      ("train.budget_tokens=59000", "train.steps=295", "eval.every=30"))
+    assert arm == Arm(
+        "grpo@tokens",
+        "examples/x.yaml",
+        ("algorithm=grpo",),
+        ("train.budget_tokens=59000", "train.steps=295", "eval.every=30"),
+    )
 
 
 def test_compare_two_configs_at_equal_steps_and_budget_and_rebuild_the_table(tmp_path):
@@ -217,10 +262,29 @@ def test_compare_two_configs_at_equal_steps_and_budget_and_rebuild_the_table(tmp
     for name, group in (("cheap", 2), ("costly", 6)):  # the costly arm samples three times as many completions
         config = f"algorithm: grpo\nsampling: {{group_size: {group}, max_new_tokens: 8}}\n"
         (tmp_path / f"{name}.yaml").write_text(config)
-    tiny = ["model=tiny-random", "train.tasks_per_step=2", "train.steps=2", "eval.size=4", "eval.every=1",
-            "logging.tensorboard=false"]
-    first = run_cli("compare", "cheap.yaml", "costly.yaml", "--seeds", "2", "--out", "cmp", "--match-budget",
-                    "tokens", "--plot-x", "tokens", *tiny, cwd=tmp_path)
+    tiny = [
+        "model=tiny-random",
+        "train.tasks_per_step=2",
+        "train.steps=2",
+        "eval.size=4",
+        "eval.every=1",
+        "logging.tensorboard=false",
+    ]
+    first = run_cli(
+        "compare",
+        "cheap.yaml",
+        "costly.yaml",
+        "--seeds",
+        "2",
+        "--out",
+        "cmp",
+        "--match-budget",
+        "tokens",
+        "--plot-x",
+        "tokens",
+        *tiny,
+        cwd=tmp_path,
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["cheap", "cheap@tokens", "costly"]
     assert all((out / arm / f"seed{s}" / "summary.json").exists() for arm in ("cheap", "costly") for s in (0, 1))

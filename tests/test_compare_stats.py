@@ -88,9 +88,7 @@ def test_unpaired_problems_add_both_variances():
         difference_interval(a, b)
     unpaired = difference_interval(a, b, paired_problems=False)
     assert not unpaired.paired_problems
-    assert unpaired.se**2 == pytest.approx(
-        seed_level_interval(a).se ** 2 + seed_level_interval(b).se ** 2, rel=0.2
-    )
+    assert unpaired.se**2 == pytest.approx(seed_level_interval(a).se ** 2 + seed_level_interval(b).se ** 2, rel=0.2)
 
 
 def simulated_arm(rng, seeds, problem_shift, true_mean, seed_spread):

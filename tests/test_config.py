@@ -1,4 +1,5 @@
 """Config loading: presets, dotted overrides, and one-line errors with exit status 2."""
+
 import pytest
 
 from r3l.config import load_config
@@ -7,8 +8,17 @@ from tests.conftest import run_cli
 
 
 def test_overrides_reach_typed_fields():
-    config = load_config(None, ["model=tiny-random", "env=countdown", "train.lr=1e-4", "algorithm.kl_coef=0.01",
-                                "env.args.seed=3", "sampling.stop=['</answer>']"])
+    config = load_config(
+        None,
+        [
+            "model=tiny-random",
+            "env=countdown",
+            "train.lr=1e-4",
+            "algorithm.kl_coef=0.01",
+            "env.args.seed=3",
+            "sampling.stop=['</answer>']",
+        ],
+    )
     assert config.model.name == "tiny-random"
     assert config.env.name == "countdown" and config.env.args == {"seed": 3}
     assert config.train.lr == pytest.approx(1e-4)
@@ -28,17 +38,20 @@ def test_preset_values_can_be_overridden_in_a_section():
     assert config.algorithm.loss_args == {"clip_low": 0.1, "clip_high": 0.3}
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["train.lrr=1"], "unknown config key 'train.lrr'"),
-    (["train.lr=abc"], "train.lr"),
-    (["train.steps=-1"], "train.steps"),
-    (["algorithm=nope"], "unknown algorithm 'nope'"),
-    (["justakey"], "not key=value"),
-    (["sampling.temperature=hot"], "sampling.temperature"),
-    # settings that need another: refused when the config loads (so `r3l config` refuses them too)
-    (["distributed.sharded_checkpoints=true"], "sharded_checkpoints needs distributed.learner_ranks of 2"),
-    (["distributed.max_staleness=1"], "max_staleness needs rollout workers"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["train.lrr=1"], "unknown config key 'train.lrr'"),
+        (["train.lr=abc"], "train.lr"),
+        (["train.steps=-1"], "train.steps"),
+        (["algorithm=nope"], "unknown algorithm 'nope'"),
+        (["justakey"], "not key=value"),
+        (["sampling.temperature=hot"], "sampling.temperature"),
+        # settings that need another: refused when the config loads (so `r3l config` refuses them too)
+        (["distributed.sharded_checkpoints=true"], "sharded_checkpoints needs distributed.learner_ranks of 2"),
+        (["distributed.max_staleness=1"], "max_staleness needs rollout workers"),
+    ],
+)
 def test_bad_overrides_are_one_line_user_errors(overrides, message):
     with pytest.raises(UserError) as error:
         load_config(None, overrides)
@@ -59,20 +72,26 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(str(listing))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["train", "train.lrr=1"], "unknown config key"),
-    (["train", "nonexistent.yaml"], "does not exist"),
-    (["train", "env=nope", "model=tiny-random"], "unknown environment 'nope'"),
-    (["train", "algorithm.advantage=nope", "model=tiny-random", "env=countdown"], "unknown advantage function 'nope'"),
-    (["eval", "model=./no/such/dir"], "unknown model"),
-    (["train", "--resume", "/nonexistent/run"], "not a run directory"),
-    (["report", "/nonexistent/run"], "not a directory"),
-    # typer's own usage errors, once a box titled "Error", now in r3l's style
-    (["train", "--bogus"], "no such option: --bogus"),
-    (["eval", "--attempts", "3"], "invalid value for '--attempts'"),
-    (["report"], "missing argument"),
-    (["nope"], "no such command 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "train.lrr=1"], "unknown config key"),
+        (["train", "nonexistent.yaml"], "does not exist"),
+        (["train", "env=nope", "model=tiny-random"], "unknown environment 'nope'"),
+        (
+            ["train", "algorithm.advantage=nope", "model=tiny-random", "env=countdown"],
+            "unknown advantage function 'nope'",
+        ),
+        (["eval", "model=./no/such/dir"], "unknown model"),
+        (["train", "--resume", "/nonexistent/run"], "not a run directory"),
+        (["report", "/nonexistent/run"], "not a directory"),
+        # typer's own usage errors, once a box titled "Error", now in r3l's style
+        (["train", "--bogus"], "no such option: --bogus"),
+        (["eval", "--attempts", "3"], "invalid value for '--attempts'"),
+        (["report"], "missing argument"),
+        (["nope"], "no such command 'nope'"),
+    ],
+)
 def test_cli_errors_exit_2_with_one_line(args, message, tmp_path):
     result = run_cli(*args, timeout=300, cwd=tmp_path)
     assert result.returncode == 2, result.stderr

@@ -1,5 +1,6 @@
 """Config fuzz: 200 malformed configs and overrides, drawn by a seeded generator, each run in-process through the
 `r3l` entry point: exit status 2, one line on stderr that starts with 'error: ', no traceback, no run directory."""
+
 import random
 import sys
 
@@ -10,8 +11,20 @@ from r3l import cli
 CASES = 200
 BASE = ["model.name=tiny-random", "eval.size=0", "train.steps=1", "logging.progress=false", "logging.tensorboard=false"]
 
-SECTIONS = ["run", "model", "env", "generator", "algorithm", "sampling", "agent", "structured", "train", "eval",
-            "logging", "distributed"]
+SECTIONS = [
+    "run",
+    "model",
+    "env",
+    "generator",
+    "algorithm",
+    "sampling",
+    "agent",
+    "structured",
+    "train",
+    "eval",
+    "logging",
+    "distributed",
+]
 # (key, values its type or range rejects)
 BAD_VALUES = [
     ("train.steps", ["abc", "1.5", "[1, 2]", "{a: 1}", "-3", "''"]),
@@ -39,12 +52,37 @@ BAD_VALUES = [
     ("algorithm.sft_loss", ["mse"]),
     ("run.seed", ["zero", "[1]"]),
 ]
-NAME_KEYS = ["env", "algorithm", "model", "algorithm.advantage", "algorithm.policy_loss", "algorithm.aggregation",
-             "algorithm.kl_estimator", "generator", "algorithm.strategy"]
-BROKEN_YAML = ["train: [", "train: {steps: 3", "\tsteps: 3", "- just\n- a list", "42", "'unterminated",
-               "train: 5", "sampling: [1, 2]", "train:\n  steps: 3\n   lr: 1", "{{{{", ": : :", "env:\n  args: 7",
-               "train:\n  lr: [1, 2]\n", "a: b\nc: d\n", "train: {bogus_key: 1}", "model: {lora: {r: -1}}",
-               "&a [*a]", "!!python/object/apply:os.system ['echo pwned']"]
+NAME_KEYS = [
+    "env",
+    "algorithm",
+    "model",
+    "algorithm.advantage",
+    "algorithm.policy_loss",
+    "algorithm.aggregation",
+    "algorithm.kl_estimator",
+    "generator",
+    "algorithm.strategy",
+]
+BROKEN_YAML = [
+    "train: [",
+    "train: {steps: 3",
+    "\tsteps: 3",
+    "- just\n- a list",
+    "42",
+    "'unterminated",
+    "train: 5",
+    "sampling: [1, 2]",
+    "train:\n  steps: 3\n   lr: 1",
+    "{{{{",
+    ": : :",
+    "env:\n  args: 7",
+    "train:\n  lr: [1, 2]\n",
+    "a: b\nc: d\n",
+    "train: {bogus_key: 1}",
+    "model: {lora: {r: -1}}",
+    "&a [*a]",
+    "!!python/object/apply:os.system ['echo pwned']",
+]
 SYNTAX = ["=3", "train..steps=1", ".steps=1", "train.steps.deeper=1", "train.=1", "=", "train.steps==", "a=b=c"]
 
 
@@ -54,8 +92,13 @@ def _word(draw: random.Random) -> str:
 
 def malformed_case(draw: random.Random, tmp_path, index: int) -> list[str]:
     """CLI arguments after `train` that must be refused (a config path, if any, first)."""
-    kind = draw.choice(["unknown_key"] * 2 + ["bad_value"] * 4 + ["unknown_name"] * 2 + ["broken_yaml"] * 2
-                       + ["bad_yaml_bytes", "syntax", "missing_file"])
+    kind = draw.choice(
+        ["unknown_key"] * 2
+        + ["bad_value"] * 4
+        + ["unknown_name"] * 2
+        + ["broken_yaml"] * 2
+        + ["bad_yaml_bytes", "syntax", "missing_file"]
+    )
     if kind == "unknown_key":
         return [f"{draw.choice(SECTIONS)}.{_word(draw)}x={draw.randint(0, 9)}"]
     if kind == "bad_value":
@@ -89,7 +132,7 @@ def test_two_hundred_malformed_configs_each_exit_2_with_one_line(tmp_path, monke
     for index in range(CASES):
         case = malformed_case(draw, tmp_path, index)
         path_first = case[:1] if not case[0].count("=") else []
-        args = ["train", *path_first, *BASE, *case[len(path_first):], f"run.dir={runs}"]
+        args = ["train", *path_first, *BASE, *case[len(path_first) :], f"run.dir={runs}"]
         code, err = run_main(monkeypatch, capsys, args)
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2, (case, err[-2000:])

@@ -1,4 +1,5 @@
 """Token-exact conversations: generated turns kept as sampled, user turns tokenised once, no drift."""
+
 import torch
 
 from r3l.rollout.chat import PromptFormat
@@ -22,7 +23,7 @@ def test_turns_concatenate_without_drift(tiny):
     assert conversation.drift() == 0
     assert [conversation.loss_mask[i] for i in range(*first)] == [0] * (first[1] - first[0])
     assert sum(conversation.loss_mask) == second[1] - second[0]
-    assert conversation.tokens[second[0]:second[1]] == completion_of(tokenizer, "I added badly.").tokens
+    assert conversation.tokens[second[0] : second[1]] == completion_of(tokenizer, "I added badly.").tokens
     assert len(conversation.tokens) == len(conversation.logprobs) == len(conversation.loss_mask)
 
 

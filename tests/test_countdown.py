@@ -1,4 +1,5 @@
 """Countdown: the binary verifier's verdicts and feedback, and seeded, disjoint splits."""
+
 import random
 import sys
 
@@ -8,8 +9,8 @@ import r3l.envs
 from r3l.envs.arithmetic import clear_task_cache
 from r3l.envs.base import Task
 from r3l.envs.countdown import CountdownEnv, check_equation, generate_puzzle
-from r3l.grading.safe_math import evaluate
 from r3l.errors import UserError
+from r3l.grading.safe_math import evaluate
 
 NUMBERS = [3, 7, 12]  # 3 * 7 + 12 = 33
 TARGET = 33
@@ -66,8 +67,10 @@ def test_foreign_number_fails():
 
 def test_several_problems_are_all_reported():
     verdict = check_equation(reply("12 + 12 + 2"), NUMBERS, TARGET)
-    assert verdict.feedback == ("uses 12 twice; uses 2, which is not among the numbers; does not use 3; "
-                                "does not use 7; evaluates to 26, target is 33")
+    assert verdict.feedback == (
+        "uses 12 twice; uses 2, which is not among the numbers; does not use 3; "
+        "does not use 7; evaluates to 26, target is 33"
+    )
 
 
 def test_repeated_given_numbers_are_a_multiset():
@@ -151,8 +154,7 @@ def test_test_split_does_not_depend_on_train_size(env):
 
 
 def test_difficulty_settings_reach_reasoning_gym():
-    env = CountdownEnv(seed=3, train_size=5, test_size=5, min_numbers=5, max_numbers=5,
-                       min_target=100, max_target=999)
+    env = CountdownEnv(seed=3, train_size=5, test_size=5, min_numbers=5, max_numbers=5, min_target=100, max_target=999)
     for task in env.tasks("train"):
         assert len(task.answer["numbers"]) == 5
         assert 100 <= task.answer["target"] <= 999
@@ -170,8 +172,9 @@ def test_unknown_split_and_bad_settings_are_user_errors(env):
 def test_builtin_generator_makes_solvable_puzzles():
     rng = random.Random(0)
     for _ in range(50):
-        numbers, target, expression = generate_puzzle(rng, min_numbers=3, max_numbers=4, min_value=1,
-                                                      max_value=100, min_target=10, max_target=100)
+        numbers, target, expression = generate_puzzle(
+            rng, min_numbers=3, max_numbers=4, min_value=1, max_value=100, min_target=10, max_target=100
+        )
         value, used = evaluate(expression)
         assert value == target and sorted(used) == sorted(numbers) and 10 <= target <= 100
 

@@ -1,5 +1,6 @@
 """CUDA checks (skipped without a GPU): the learner's bf16 forward/backward stays finite and the shared-prefix
 path equals the plain one. `bash scripts/gpu_check.sh` runs them with the default job on CUDA."""
+
 import copy
 import math
 import random
@@ -12,8 +13,7 @@ from r3l.experience import Experience
 from r3l.learner.batching import collate, collate_shared_prefix
 from r3l.learner.learner import Learner
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
 def unequal_prefix_batch(vocab: int, seed: int = 0) -> list[Experience]:
@@ -25,15 +25,24 @@ def unequal_prefix_batch(vocab: int, seed: int = 0) -> list[Experience]:
         prompt = [rng.randrange(vocab) for _ in range(prompt_length)]
         for reply_length, reward in ((14, 1.0), (9, 0.0), (78, 1.0), (3, 0.0)):
             tokens = prompt + [rng.randrange(vocab) for _ in range(reply_length)]
-            experiences.append(Experience(group=group, kind="base", tokens=tokens,
-                                          loss_mask=[0] * prompt_length + [1] * reply_length,
-                                          logprobs=[0.0] * len(tokens), reward=reward, advantage=reward - 0.5))
+            experiences.append(
+                Experience(
+                    group=group,
+                    kind="base",
+                    tokens=tokens,
+                    loss_mask=[0] * prompt_length + [1] * reply_length,
+                    logprobs=[0.0] * len(tokens),
+                    reward=reward,
+                    advantage=reward - 0.5,
+                )
+            )
     return experiences
 
 
 def logprobs_and_grads(model, tokenizer, share: bool):
-    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0,
-                      autocast_bf16=True)
+    learner = Learner(
+        model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0, autocast_bf16=True
+    )
     experiences = unequal_prefix_batch(model.config.vocab_size)
     batch = collate_shared_prefix(experiences, 0) if share else collate(experiences, 0)
     batch = {name: tensor.cuda() for name, tensor in batch.items()}

@@ -1,4 +1,5 @@
 """The 'dataset' environment: file formats, splits, one-line errors and pluggable reward functions."""
+
 import json
 
 import pytest
@@ -65,8 +66,7 @@ def test_remaking_reuses_rows_until_the_file_changes(qa_file):
 
 def test_custom_columns_and_exact_verifier(tmp_path):
     path = write_jsonl(tmp_path / "capitals.jsonl", [{"question": "Capital of France?", "city": "Paris"}] * 3)
-    env = DatasetEnv(path=str(path), prompt_column="question", answer_column="city", verifier="exact",
-                     test_fraction=0)
+    env = DatasetEnv(path=str(path), prompt_column="question", answer_column="city", verifier="exact", test_fraction=0)
     assert env.verify(env.tasks("train")[0], "<answer>Paris</answer>").success
 
 
@@ -90,10 +90,12 @@ def test_saved_hf_dataset_keeps_its_own_test_split(tmp_path):
     import datasets
 
     folder = tmp_path / "saved"
-    datasets.DatasetDict({
-        "train": datasets.Dataset.from_list([{"prompt": "a?", "answer": "1"}, {"prompt": "b?", "answer": "2"}]),
-        "test": datasets.Dataset.from_list([{"prompt": "c?", "answer": "3"}]),
-    }).save_to_disk(folder)
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list([{"prompt": "a?", "answer": "1"}, {"prompt": "b?", "answer": "2"}]),
+            "test": datasets.Dataset.from_list([{"prompt": "c?", "answer": "3"}]),
+        }
+    ).save_to_disk(folder)
     env = DatasetEnv(path=str(folder))
     assert sorted(t.prompt for t in env.tasks("train")) == ["a?", "b?"]
     assert [t.prompt for t in env.tasks("test")] == ["c?"]
@@ -122,8 +124,10 @@ def test_malformed_line_names_file_and_line(tmp_path):
 
 
 def test_missing_column_names_line_and_setting(tmp_path):
-    path = write_jsonl(tmp_path / "data.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"},
-                                                 {"prompt": "c", "solution": "3"}])
+    path = write_jsonl(
+        tmp_path / "data.jsonl",
+        [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}, {"prompt": "c", "solution": "3"}],
+    )
     fix = r"add it to this row \(other rows have it\)"
     with pytest.raises(UserError, match=rf"^{path} line 3: no column 'answer'; {fix}$"):
         DatasetEnv(path=str(path))
@@ -162,8 +166,9 @@ def test_trl_reward_fn_by_dotted_path(qa_file, spec):
 
 def test_reward_fn_from_a_python_file_and_without_answer_column(tmp_path):
     rewards = tmp_path / "my_rewards.py"
-    rewards.write_text("def polite(prompts, completions, **kw):\n"
-                       "    return [float('please' in c) for c in completions]\n")
+    rewards.write_text(
+        "def polite(prompts, completions, **kw):\n    return [float('please' in c) for c in completions]\n"
+    )
     data = write_jsonl(tmp_path / "data.jsonl", [{"prompt": "ask nicely"}] * 4)
     env = DatasetEnv(path=str(data), reward_fn=f"{rewards}:polite", success_threshold=0.5)
     assert env.verify(env.tasks("train")[0], "please?").success

@@ -1,6 +1,7 @@
 """Simulator faults on the real TextWorldExpress JVM: one killed (SIGKILL) or frozen (SIGSTOP) in the middle of an
 episode ends that episode as `env_error`, with its task id printed; the simulator is replaced, the rest of the batch
 and the training step go on, and the broken episode is never trained."""
+
 import json
 import os
 import signal
@@ -52,8 +53,9 @@ def run_batch(tiny, starts, **limits):
         made.append(make_coin())
         return made[-1]
 
-    runner = EpisodeRunner(counted, ScriptedGenerator(model, tokenizer), tokenizer,
-                           limits=AgentLimits(env_workers=2, **limits))
+    runner = EpisodeRunner(
+        counted, ScriptedGenerator(model, tokenizer), tokenizer, limits=AgentLimits(env_workers=2, **limits)
+    )
     try:
         return runner.run(starts, PARAMS), len(made)
     finally:
@@ -98,16 +100,33 @@ def test_a_frozen_simulator_is_killed_after_env_timeout(tiny, tasks, monkeypatch
 @pytest.mark.parametrize("algorithm", ["grpo", "r3l"])
 def test_the_training_step_goes_on_without_the_broken_episode(tiny, tmp_path, monkeypatch, algorithm):
     SimulatorFault(monkeypatch, signal.SIGKILL, at=4)
-    config = load_config(None, [f"algorithm={algorithm}", "env=textworld_express", "env.args.games=[coin]",
-                                "env.args.max_steps=4", "model=tiny-random", "generator=scripted",
-                                "sampling.group_size=4", "sampling.max_new_tokens=32", "eval.size=0",
-                                "train.steps=2", "train.tasks_per_step=2", "logging.tensorboard=false",
-                                "logging.progress=false", "logging.dump_experiences=true", f"run.dir={tmp_path}"])
+    config = load_config(
+        None,
+        [
+            f"algorithm={algorithm}",
+            "env=textworld_express",
+            "env.args.games=[coin]",
+            "env.args.max_steps=4",
+            "model=tiny-random",
+            "generator=scripted",
+            "sampling.group_size=4",
+            "sampling.max_new_tokens=32",
+            "eval.size=0",
+            "train.steps=2",
+            "train.tasks_per_step=2",
+            "logging.tensorboard=false",
+            "logging.progress=false",
+            "logging.dump_experiences=true",
+            f"run.dir={tmp_path}",
+        ],
+    )
     summary = Trainer(config).run()
     assert summary["step"] == 2
     run_dir = Path(summary["run_dir"])
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    errors = [m.get("termination/env_error", 0.0) + m.get("retry_env_errors", 0.0) for m in metrics if "step_seconds" in m]
+    errors = [
+        m.get("termination/env_error", 0.0) + m.get("retry_env_errors", 0.0) for m in metrics if "step_seconds" in m
+    ]
     assert len(errors) == 2 and errors[0] > 0 and errors[1] == 0
     for path in sorted((run_dir / "experiences").glob("*.jsonl")):
         records = [json.loads(line) for line in path.read_text().splitlines()]
@@ -119,6 +138,7 @@ class Blocking:
 
     def __init__(self):
         import threading
+
         self.released = threading.Event()
         self.aborts = 0
 

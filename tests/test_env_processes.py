@@ -1,5 +1,6 @@
 """`agent.env_processes`: environments in spawned processes play the same episodes as in the training process,
 and a process that dies, hangs or raises ends only its own episode, as `env_error`, on the real TextWorldExpress."""
+
 import time
 from functools import partial
 
@@ -28,8 +29,9 @@ def tasks():
 def play(tiny, make_env, starts, **limits):
     """Play `starts`, three episodes in flight (`env_workers` environments here, or `env_processes` apart)."""
     model, tokenizer = tiny
-    runner = EpisodeRunner(make_env, ScriptedGenerator(model, tokenizer), tokenizer,
-                           limits=AgentLimits(**{"env_workers": 3, **limits}))
+    runner = EpisodeRunner(
+        make_env, ScriptedGenerator(model, tokenizer), tokenizer, limits=AgentLimits(**{"env_workers": 3, **limits})
+    )
     try:
         return runner.run(starts, PARAMS)
     finally:
@@ -37,8 +39,20 @@ def play(tiny, make_env, starts, **limits):
 
 
 def outline(episodes):
-    return [(e.task.id, e.actions, e.termination, e.reward, e.success, e.feedback, e.conversation.tokens,
-             e.conversation.loss_mask, e.conversation.logprobs) for e in episodes]
+    return [
+        (
+            e.task.id,
+            e.actions,
+            e.termination,
+            e.reward,
+            e.success,
+            e.feedback,
+            e.conversation.tokens,
+            e.conversation.loss_mask,
+            e.conversation.logprobs,
+        )
+        for e in episodes
+    ]
 
 
 def test_processes_play_the_same_episodes_and_retries_as_the_training_process(tiny, tasks):
@@ -48,16 +62,21 @@ def test_processes_play_the_same_episodes_and_retries_as_the_training_process(ti
     assert outline(apart) == outline(here)
     assert {e.termination for e in here} >= {"done"} and max(e.num_steps for e in here) >= 2
     # retries from a pivot replay the base episode's actions inside the process
-    retries = [EpisodeStart(e.task, base=e, pivot=1, guidance="Pick up the coin sooner.") for e in here if e.num_steps >= 2]
+    retries = [
+        EpisodeStart(e.task, base=e, pivot=1, guidance="Pick up the coin sooner.") for e in here if e.num_steps >= 2
+    ]
     assert retries
     assert outline(play(tiny, coin, retries, env_processes=3)) == outline(play(tiny, coin, retries))
     assert all(e.termination != "replay_mismatch" for e in play(tiny, coin, retries, env_processes=3))
 
 
-@pytest.mark.parametrize("fault, expected", [
-    ("die", "the environment process exited (exit code 3)"),
-    ("raise", "ValueError: the board caught fire"),
-])
+@pytest.mark.parametrize(
+    "fault, expected",
+    [
+        ("die", "the environment process exited (exit code 3)"),
+        ("raise", "ValueError: the board caught fire"),
+    ],
+)
 def test_a_process_that_dies_or_raises_ends_only_its_episode(tiny, tasks, tmp_path, capsys, fault, expected):
     factory = partial(FaultyCoin, str(tmp_path / "fault"), fault, 2)
     episodes = play(tiny, factory, [EpisodeStart(task) for task in tasks], env_processes=2)
@@ -81,7 +100,12 @@ def test_a_hung_process_is_killed_after_env_timeout(tiny, tasks, tmp_path):
 def test_the_proxy_relays_attributes_calls_errors_and_death():
     env = ProcessEnv(partial(make, "arithmetic", max_terms=2))
     try:
-        assert (env.name, env.action_format, env.light, env.retry_from_pivot) == ("arithmetic", "whole_reply", True, False)
+        assert (env.name, env.action_format, env.light, env.retry_from_pivot) == (
+            "arithmetic",
+            "whole_reply",
+            True,
+            False,
+        )
         task = env.tasks("test")[0]
         assert env.reset(task) == task.prompt
         result = env.step("<answer>0</answer>")
@@ -92,7 +116,7 @@ def test_the_proxy_relays_attributes_calls_errors_and_death():
     finally:
         env.close()
     with pytest.raises(UserError, match="no_such_setting"):  # a bad setting is the user's error, not the episode's
-        ProcessEnv(partial(make, "arithmetic", no_such_setting=1)).name
+        _ = ProcessEnv(partial(make, "arithmetic", no_such_setting=1)).name
 
 
 def test_config_and_cli(tmp_path):
@@ -101,9 +125,17 @@ def test_config_and_cli(tmp_path):
     assert load_config(None, ["agent.env_processes=2"]).agent.env_processes == 2
     with pytest.raises(UserError, match="env_processes"):
         load_config(None, ["agent.env_processes=-1"])
-    result = run_cli("eval", "model=tiny-random", "env=textworld_express", "env.args.games=[coin]",
-                     "env.args.max_steps=4", "eval.size=3", "eval.max_new_tokens=16", "agent.env_processes=2",
-                     f"run.dir={tmp_path}", "logging.progress=false")
+    result = run_cli(
+        "eval",
+        "model=tiny-random",
+        "env=textworld_express",
+        "env.args.games=[coin]",
+        "env.args.max_steps=4",
+        "eval.size=3",
+        "eval.max_new_tokens=16",
+        "agent.env_processes=2",
+        f"run.dir={tmp_path}",
+        "logging.progress=false",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "success" in result.stdout.lower()
-

@@ -1,5 +1,6 @@
 """The multi-turn episode runner on the real TextWorldExpress simulator: token-exact turns, each early stop
 counted, limits, replay from a pivot without a duplicated observation."""
+
 import pytest
 
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, termination_metrics
@@ -53,11 +54,14 @@ def test_episodes_are_token_exact_and_play_admissible_actions(tiny, task):
     runner.close()
 
 
-@pytest.mark.parametrize("reply, reason", [
-    ("I would like to look around.", "format_error"),
-    ("<think>fly</think><action>fly to the moon</action>", "inadmissible"),
-    ("<action>look around</action>", "repeated_action"),
-])
+@pytest.mark.parametrize(
+    "reply, reason",
+    [
+        ("I would like to look around.", "format_error"),
+        ("<think>fly</think><action>fly to the moon</action>", "inadmissible"),
+        ("<action>look around</action>", "repeated_action"),
+    ],
+)
 def test_early_stops_are_counted(tiny, task, reply, reason):
     FixedReply.reply = reply
     runner = runner_for(tiny, FixedReply)
@@ -97,9 +101,15 @@ def test_retry_from_pivot_replays_and_shows_the_pivot_observation_once(tiny, tas
     assert retry.distilled.tokens[:shared] == base.conversation.tokens[:shared]
     guided_text = runner.tokenizer.decode(retry.conversation.tokens)
     observation = base.steps[pivot].observation
-    assert guided_text.count(observation.strip()) == 1 + sum(  # once at the pivot, plus any identical later ones
-        step.observation.strip() == observation.strip() for step in retry.steps[pivot + 1:])
+    assert (
+        guided_text.count(observation.strip())
+        == 1
+        + sum(  # once at the pivot, plus any identical later ones
+            step.observation.strip() == observation.strip() for step in retry.steps[pivot + 1 :]
+        )
+    )
     assert guidance in guided_text and guidance not in runner.tokenizer.decode(retry.distilled.tokens)
     assert retry.distilled.tokens[shared:] != [] and retry.generated_tokens == sum(
-        len(step.completion.tokens) for step in retry.steps[pivot:])
+        len(step.completion.tokens) for step in retry.steps[pivot:]
+    )
     runner.close()

@@ -1,5 +1,6 @@
 """The learner on two FSDP2 ranks (gloo, CPU processes) makes the same update as one process: uneven
 zero-advantage skipping (one rank runs a stand-in micro-batch), shared prefixes, LoRA and KL."""
+
 import os
 import socket
 
@@ -12,8 +13,7 @@ from r3l.distributed.fsdp import share_micro_batches
 from r3l.experience import Experience
 from tests.helpers.experience_groups import shared_prompt_groups
 
-VARIANTS = {"plain": {}, "shared-prefix": {"share_prefix": True}, "lora": {"lora": True},
-            "kl": {"kl": True}}
+VARIANTS = {"plain": {}, "shared-prefix": {"share_prefix": True}, "lora": {"lora": True}, "kl": {"kl": True}}
 
 
 def test_share_micro_batches_pads_every_rank_to_the_same_count():
@@ -61,8 +61,16 @@ def update_on_rank(rank: int, world: int, port: int, variant: dict, out: str) ->
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         model, tokenizer, algorithm, train, reference = build(variant)
-        learner = Learner(model, tokenizer, algorithm, train, temperature=1.0, autocast_bf16=False,
-                          ref_model=reference, ranks=RankGroup())
+        learner = Learner(
+            model,
+            tokenizer,
+            algorithm,
+            train,
+            temperature=1.0,
+            autocast_bf16=False,
+            ref_model=reference,
+            ranks=RankGroup(),
+        )
         metrics = learner.update(experiences(model.config.vocab_size))
         weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if rank == 0:

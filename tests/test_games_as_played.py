@@ -2,6 +2,7 @@
 own generator and an intro that is true of the lake; each game's held-out split holding distinct games (FrozenLake
 4x4 and 8x8, Sokoban, Mastermind, GuessTheNumber, Minesweeper, TextWorldExpress); structured replies whose moves
 have the game's own form; and the repeat rule: an episode stops on a repeated move only when it changes nothing."""
+
 import shutil
 
 import pytest
@@ -9,15 +10,15 @@ import pytest
 pytest.importorskip("gymnasium")
 pytest.importorskip("textarena")
 
-from gymnasium.envs.toy_text.frozen_lake import generate_random_map  # noqa: E402
+from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
-from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, stuck_repeating  # noqa: E402
-from r3l.envs import make  # noqa: E402
-from r3l.envs.games.game_rules import family  # noqa: E402
-from r3l.envs.reply_grammar import ReplyFormat  # noqa: E402
-from r3l.errors import UserError  # noqa: E402
-from r3l.rollout.generator import SamplingParams  # noqa: E402
-from r3l.testing.scripted import ScriptedGenerator  # noqa: E402
+from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, stuck_repeating
+from r3l.envs import make
+from r3l.envs.games.game_rules import family
+from r3l.envs.reply_grammar import ReplyFormat
+from r3l.errors import UserError
+from r3l.rollout.generator import SamplingParams
+from r3l.testing.scripted import ScriptedGenerator
 
 
 def hidden(env):
@@ -49,9 +50,11 @@ def test_the_map_settings_and_the_fixed_map():
         make("gym", id="FrozenLake-v1", fixed_map=True).tasks("test")  # one map: every seed the same game
     same = make("gym", id="FrozenLake-v1", fixed_map=True, distinct_games=False, test_size=2, train_size=2)
     assert len({same.reset(task) for task in same.tasks("test")}) == 1
-    for settings, message in [(dict(id="FrozenLake-v1", hole_probability=1.0), "hole_probability must be in"),
-                              (dict(id="FrozenLake-v1", map_size=1), "map_size must be a whole number >= 2"),
-                              (dict(id="Taxi-v3", map_size=4), "FrozenLake's settings")]:
+    for settings, message in [
+        (dict(id="FrozenLake-v1", hole_probability=1.0), "hole_probability must be in"),
+        (dict(id="FrozenLake-v1", map_size=1), "map_size must be a whole number >= 2"),
+        (dict(id="Taxi-v3", map_size=4), "FrozenLake's settings"),
+    ]:
         with pytest.raises(UserError, match=message):
             make("gym", **settings)
 
@@ -65,11 +68,14 @@ def test_the_intro_says_whether_the_ice_is_slippery():
 
 
 # --- distinct held-out games, per game -----------------------------------------------------------------------------
-@pytest.mark.parametrize("game_id, size, secret", [
-    ("Sokoban-v0", 20, lambda state: state["board"]),
-    ("Mastermind-v0", 40, lambda state: tuple(state["secret_code"])),
-    ("GuessTheNumber-v0", 10, lambda state: state["game_number"]),
-])
+@pytest.mark.parametrize(
+    "game_id, size, secret",
+    [
+        ("Sokoban-v0", 20, lambda state: state["board"]),
+        ("Mastermind-v0", 40, lambda state: tuple(state["secret_code"])),
+        ("GuessTheNumber-v0", 10, lambda state: state["game_number"]),
+    ],
+)
 def test_textarena_held_out_games_are_distinct_and_never_trained_on(game_id, size, secret):
     env = make("textarena", id=game_id, test_size=size, train_size=30)
     secrets = {}
@@ -84,8 +90,9 @@ def test_textarena_held_out_games_are_distinct_and_never_trained_on(game_id, siz
 def test_a_game_with_few_games_says_so_in_one_line():
     with pytest.raises(UserError) as error:  # 1..20: twenty held out leave none to train on
         make("textarena", id="GuessTheNumber-v0").tasks("train")
-    assert "gave only 0 games not held out" in str(error.value) and "lower env.args.train_size or test_size" in \
-        str(error.value)
+    assert "gave only 0 games not held out" in str(error.value) and "lower env.args.train_size or test_size" in str(
+        error.value
+    )
 
 
 def test_minesweeper_games_differ_by_seed_once_the_mines_are_laid():
@@ -117,16 +124,20 @@ def follows(tiny):
     model, tokenizer = tiny
     constrainer = Constrainer(tokenizer, model.config.vocab_size)
     return lambda constraint, text: constrainer.replay(
-        constraint, tokenizer(text, add_special_tokens=False)["input_ids"])[1]
+        constraint, tokenizer(text, add_special_tokens=False)["input_ids"]
+    )[1]
 
 
-@pytest.mark.parametrize("game_id, good, bad", [
-    ("GuessTheNumber-v0", ["[7]", "[20]"], ["[21]", "seven", "[0]"]),
-    ("Mastermind-v0", ["[1 2 3 4]", "[6 5 4 3]"], ["[1 2 3]", "[7 1 2 3]", "[1,2,3,4]"]),
-    ("Sokoban-v0", ["[up]", "[left]"], ["up", "[jump]"]),
-    ("Minesweeper-v0-small", ["[0 4]", "[3 2]"], ["[5 1]", "[3, 2]"]),
-    ("TowerOfHanoi-v0", ["move disk", "[A C]"], ["<b>"]),  # a game r3l does not know: any move text without '<'
-])
+@pytest.mark.parametrize(
+    "game_id, good, bad",
+    [
+        ("GuessTheNumber-v0", ["[7]", "[20]"], ["[21]", "seven", "[0]"]),
+        ("Mastermind-v0", ["[1 2 3 4]", "[6 5 4 3]"], ["[1 2 3]", "[7 1 2 3]", "[1,2,3,4]"]),
+        ("Sokoban-v0", ["[up]", "[left]"], ["up", "[jump]"]),
+        ("Minesweeper-v0-small", ["[0 4]", "[3 2]"], ["[5 1]", "[3, 2]"]),
+        ("TowerOfHanoi-v0", ["move disk", "[A C]"], ["<b>"]),  # a game r3l does not know: any move text without '<'
+    ],
+)
 def test_structured_moves_have_the_games_own_form(follows, game_id, good, bad):
     env = make("textarena", id=game_id, test_size=2, train_size=2)
     constraint = env.reply_constraint(ReplyFormat(think_chars=20))
@@ -139,15 +150,18 @@ def test_structured_moves_have_the_games_own_form(follows, game_id, good, bad):
 
 
 # --- the repeat rule ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("actions, observations, stuck", [
-    (["up", "up", "up"], ["a", "b", "b", "b"], True),  # the first move changed the board, its repeats did not
-    (["up", "up", "up"], ["a", "b", "c", "d"], False),  # a corridor: each move goes on
-    (["up", "up", "up"], ["a", "b", "c", "c"], False),  # one repeat changed nothing, the other did
-    (["left", "up", "Up "], ["a", "a", "a", "a"], False),  # three moves, not one repeated three times
-    (["up", "up"], ["a", "a", "a"], False),  # fewer moves than the limit
-    (["x", "up", "UP", "up"], ["a", "a", "b", "b", "b"], True),
-    ([None, "up", "up"], ["a", "a", "a", "a"], False),
-])
+@pytest.mark.parametrize(
+    "actions, observations, stuck",
+    [
+        (["up", "up", "up"], ["a", "b", "b", "b"], True),  # the first move changed the board, its repeats did not
+        (["up", "up", "up"], ["a", "b", "c", "d"], False),  # a corridor: each move goes on
+        (["up", "up", "up"], ["a", "b", "c", "c"], False),  # one repeat changed nothing, the other did
+        (["left", "up", "Up "], ["a", "a", "a", "a"], False),  # three moves, not one repeated three times
+        (["up", "up"], ["a", "a", "a"], False),  # fewer moves than the limit
+        (["x", "up", "UP", "up"], ["a", "a", "b", "b", "b"], True),
+        ([None, "up", "up"], ["a", "a", "a", "a"], False),
+    ],
+)
 def test_stuck_repeating_on_hand_worked_cases(actions, observations, stuck):
     assert stuck_repeating(actions, observations, limit=3) is stuck
 
@@ -159,8 +173,9 @@ class FixedMove(ScriptedGenerator):
         return f"<think>again</think><action>{self.move}</action>"
 
 
-@pytest.mark.parametrize("move, steps, termination", [("left", 3, "repeated_action"), ("right", 5, "repeated_action"),
-                                                      ("down", 3, "done")])
+@pytest.mark.parametrize(
+    "move, steps, termination", [("left", 3, "repeated_action"), ("right", 5, "repeated_action"), ("down", 3, "done")]
+)
 def test_a_repeated_move_stops_an_episode_only_when_it_changes_nothing(tiny, move, steps, termination):
     """The fixed map (SFFF / FHFH / FFFH / HFFG): 'left' from S meets the wall at once (stopped at the third move),
     'right' walks three tiles along the top row and meets it after (stopped at the fifth), 'down' changes the board at
@@ -169,8 +184,16 @@ def test_a_repeated_move_stops_an_episode_only_when_it_changes_nothing(tiny, mov
     FixedMove.move = move
 
     def lake():
-        return make("gym", id="FrozenLake-v1", make_args={"is_slippery": False}, fixed_map=True,
-                    distinct_games=False, test_size=1, train_size=1, max_steps=10)
+        return make(
+            "gym",
+            id="FrozenLake-v1",
+            make_args={"is_slippery": False},
+            fixed_map=True,
+            distinct_games=False,
+            test_size=1,
+            train_size=1,
+            max_steps=10,
+        )
 
     runner = EpisodeRunner(lake, FixedMove(model, tokenizer), tokenizer, limits=AgentLimits(max_turns=10))
     episode = runner.run([EpisodeStart(lake().tasks("test")[0])], SamplingParams(max_new_tokens=16, seed=0))[0]

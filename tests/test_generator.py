@@ -1,4 +1,5 @@
 """The HF generator on the tiny-random model: token-exact completions and log-probabilities."""
+
 import torch
 
 from r3l.config import AlgorithmConfig, TrainConfig
@@ -17,8 +18,9 @@ def prompts(tokenizer, questions):
 def test_sampling_returns_n_completions_per_prompt_with_aligned_logprobs(tiny):
     model, tokenizer = tiny
     generator = HFGenerator(model, tokenizer, dtype=torch.float32)
-    out = generator.generate(prompts(tokenizer, ["hi", "what is 2+2?"]),
-                             SamplingParams(temperature=1.0, max_new_tokens=12, seed=0), n=3)
+    out = generator.generate(
+        prompts(tokenizer, ["hi", "what is 2+2?"]), SamplingParams(temperature=1.0, max_new_tokens=12, seed=0), n=3
+    )
     assert [len(group) for group in out] == [3, 3]
     for completion in [c for group in out for c in group]:
         assert len(completion.tokens) == len(completion.logprobs) <= 12
@@ -62,11 +64,15 @@ def test_learner_recomputes_exactly_the_generator_logprobs(tiny):
 def learner_recomputation(model, tokenizer, prompt_ids, completion, temperature):
     """(the learner's log-probabilities of a completion's tokens, the generator's, the tokens the learner
     scores), from the experience record of prompt + completion, in fp32."""
-    record = Experience(group="g", kind="base", tokens=list(prompt_ids) + completion.tokens,
-                        loss_mask=[0] * len(prompt_ids) + [1] * len(completion.tokens),
-                        logprobs=[0.0] * len(prompt_ids) + completion.logprobs, reward=1.0)
-    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(), temperature=temperature,
-                      autocast_bf16=False)
+    record = Experience(
+        group="g",
+        kind="base",
+        tokens=list(prompt_ids) + completion.tokens,
+        loss_mask=[0] * len(prompt_ids) + [1] * len(completion.tokens),
+        logprobs=[0.0] * len(prompt_ids) + completion.logprobs,
+        reward=1.0,
+    )
+    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(), temperature=temperature, autocast_bf16=False)
     batch = collate([record], tokenizer.pad_token_id)
     with torch.no_grad():
         recomputed, _ = learner._logprobs(model, batch)

@@ -1,6 +1,7 @@
 """examples/grpo_minimal.py, GRPO in one page from r3l's registries, runs on the embedded model: every step's
 answers are scored by the learner exactly as the generator sampled them, and a group with a reward signal moves
 the weights."""
+
 import re
 import subprocess
 import sys
@@ -13,7 +14,9 @@ STEP = re.compile(r"step (\d)/2 .*groups with a signal (\d+)/8 .*grad norm ([\d.
 def test_the_one_page_grpo_example_learns_from_what_it_sampled():
     result = subprocess.run(
         [sys.executable, str(EXAMPLE), "--steps", "2", "--tasks", "8", "--group-size", "4", "--max-new-tokens", "16"],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     steps = [STEP.search(line) for line in result.stdout.splitlines() if line.startswith("step ")]

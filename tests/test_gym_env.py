@@ -2,6 +2,7 @@
 GuessTheNumber, Mastermind and 2048 (its own registry), and Mastermind under Gymnasium Text spaces
 (tests/helpers/gym_text.py): reset, step, termination and the game's reward; exact replay, also with games
 interleaved; R3L and GRPO through the CLI."""
+
 import json
 import os
 import random
@@ -51,6 +52,7 @@ def secret(env):
 
 # --- config --------------------------------------------------------------------------------------------------------
 
+
 def test_the_shorthand_names_the_env_and_the_game():
     config = load_config(None, ["env=gym:FrozenLake-v1", "env.args.max_steps=5"])
     assert (config.env.name, config.env.args) == ("gym", {"id": "FrozenLake-v1", "max_steps": 5})
@@ -61,9 +63,9 @@ def test_the_shorthand_names_the_env_and_the_game():
 
 # --- Gymnasium: FrozenLake through its ansi render --------------------------------------------------------------
 
+
 def test_frozen_lake_plays_with_gymnasiums_reward_and_termination():
-    env = make("gym", id="FrozenLake-v1", make_args={"is_slippery": False}, fixed_map=True,
-               distinct_games=False)
+    env = make("gym", id="FrozenLake-v1", make_args={"is_slippery": False}, fixed_map=True, distinct_games=False)
     task = env.tasks("train")[0]
     first, results = play(env, task, TO_GOAL)
     assert first.startswith("Frozen lake:") and "[S]FFF" in first and first.endswith("left, down, right, up")
@@ -78,8 +80,9 @@ def test_frozen_lake_plays_with_gymnasiums_reward_and_termination():
     assert [r.info["admissible"] for r in results] == [True, False, True]
     assert "'jump' is not a valid action here" in results[1].observation and results[1].reward == 0
     assert results[-1].done and not results[-1].info["success"] and "[H]" in results[-1].observation
-    assert results[-1].info["feedback"] == ("The game ended at step 3 without a win (reward 0.00; 1 of the 3 moves "
-                                            "were not accepted).")
+    assert results[-1].info["feedback"] == (
+        "The game ended at step 3 without a win (reward 0.00; 1 of the 3 moves were not accepted)."
+    )
     with pytest.raises(RuntimeError, match="episode is over"):
         env.step("down")
 
@@ -91,8 +94,9 @@ def test_max_steps_ends_an_episode_and_the_splits_do_not_share_seeds():
     assert results[-1].info["feedback"] == "The episode ran out of steps (3) before a win (reward 0.00)."
     train, test = ({t.data["seed"] for t in env.tasks(split)} for split in ("train", "test"))
     assert len(train) == len(test) == 50 and not train & test
-    assert [t.id for t in env.tasks("train")] == [t.id for t in make("gym", id="FrozenLake-v1", train_size=50,
-                                                                     test_size=50).tasks("train")]
+    assert [t.id for t in env.tasks("train")] == [
+        t.id for t in make("gym", id="FrozenLake-v1", train_size=50, test_size=50).tasks("train")
+    ]
 
 
 def test_slippery_frozen_lake_replays_exactly():
@@ -107,7 +111,7 @@ def test_slippery_frozen_lake_replays_exactly():
             observation = other.replay(task, actions[:pivot])
             assert observation == (env.reset(task) if pivot == 0 else results[pivot - 1].observation)
         if len(results) > 1:
-            check_replay(env, task, actions[:len(results) - 1], actions[len(results) - 1])
+            check_replay(env, task, actions[: len(results) - 1], actions[len(results) - 1])
 
 
 def test_ansi_colours_become_brackets():
@@ -115,18 +119,21 @@ def test_ansi_colours_become_brackets():
 
 
 def test_games_that_do_not_talk_text_are_refused_in_one_line():
-    for settings, words in ((dict(id="CartPole-v1"), "not text"),
-                            (dict(id="FrozenLak-v1"), "did you mean FrozenLake-v1"),
-                            (dict(id="FrozenLake-v1", actions=["a", "b"]), "has 4"),
-                            (dict(id="TicTacToe-v0", source="textarena"), "single-player"),
-                            (dict(id="GuessTheNumbr-v0", source="textarena"), "did you mean GuessTheNumber-v0"),
-                            (dict(id="FrozenLake-v1", source="gymnasium", max_steps=0), "max_steps")):
+    for settings, words in (
+        (dict(id="CartPole-v1"), "not text"),
+        (dict(id="FrozenLak-v1"), "did you mean FrozenLake-v1"),
+        (dict(id="FrozenLake-v1", actions=["a", "b"]), "has 4"),
+        (dict(id="TicTacToe-v0", source="textarena"), "single-player"),
+        (dict(id="GuessTheNumbr-v0", source="textarena"), "did you mean GuessTheNumber-v0"),
+        (dict(id="FrozenLake-v1", source="gymnasium", max_steps=0), "max_steps"),
+    ):
         with pytest.raises(UserError, match=words) as error:
             make("gym", **settings)
         assert "\n" not in str(error.value)
 
 
 # --- TextArena: GuessTheNumber and Mastermind ------------------------------------------------------------------
+
 
 def test_guess_the_number_pays_textarenas_reward_on_the_last_move():
     env = make("textarena", id="GuessTheNumber-v0", test_size=5)
@@ -186,16 +193,23 @@ def test_mastermind_feedback_after_each_wrong_guess_and_a_win():
     assert win.done and win.reward == 1.0 and win.info["success"]
 
 
-MOVES = {"GuessTheNumber-v0": lambda draw: f"[{draw.randint(1, 20)}]",
-         "Mastermind-v0": lambda draw: f"[{' '.join(map(str, draw.sample(range(1, 7), 4)))}]",
-         "R3lTest/Mastermind-v0": lambda draw: f"[{' '.join(map(str, draw.sample(range(1, 7), 4)))}]",
-         "2048-v0-ultra-easy": lambda draw: draw.choice(["[up]", "[down]", "[left]", "[right]"])}
+MOVES = {
+    "GuessTheNumber-v0": lambda draw: f"[{draw.randint(1, 20)}]",
+    "Mastermind-v0": lambda draw: f"[{' '.join(map(str, draw.sample(range(1, 7), 4)))}]",
+    "R3lTest/Mastermind-v0": lambda draw: f"[{' '.join(map(str, draw.sample(range(1, 7), 4)))}]",
+    "2048-v0-ultra-easy": lambda draw: draw.choice(["[up]", "[down]", "[left]", "[right]"]),
+}
 
 
-@pytest.mark.parametrize("settings", [dict(id="GuessTheNumber-v0", source="textarena", test_size=5),
-                                      dict(id="Mastermind-v0", source="textarena"),
-                                      dict(id="2048-v0-ultra-easy", source="textarena"),
-                                      dict(id="R3lTest/Mastermind-v0", source="gymnasium")])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(id="GuessTheNumber-v0", source="textarena", test_size=5),
+        dict(id="Mastermind-v0", source="textarena"),
+        dict(id="2048-v0-ultra-easy", source="textarena"),
+        dict(id="R3lTest/Mastermind-v0", source="gymnasium"),
+    ],
+)
 def test_textarena_games_replay_exactly_even_interleaved(settings):
     """TextArena seeds Python's global `random` and draws from it (2048 places a tile after every move): each game
     keeps its own stream, so games played in turns (as the episode runner plays them) and replays give what each
@@ -219,8 +233,9 @@ def test_textarena_games_replay_exactly_even_interleaved(settings):
     for task in tasks:
         first, results = alone[task.id]
         assert together[task.id][0] == first
-        assert [(r.observation, r.reward, r.done, r.info) for r in together[task.id][1]] == \
-               [(r.observation, r.reward, r.done, r.info) for r in results]
+        assert [(r.observation, r.reward, r.done, r.info) for r in together[task.id][1]] == [
+            (r.observation, r.reward, r.done, r.info) for r in results
+        ]
         for pivot in range(1, len(results)):
             assert make("gym", **settings).replay(task, plans[task.id][:pivot]) == results[pivot - 1].observation
 
@@ -240,10 +255,22 @@ SMALL = ["model=tiny-random", "generator=scripted", "algorithm=r3l", "sampling.g
 def test_r3l_rollout_on_guess_the_number(tmp_path):
     from tests.test_r3l import check_r3l_dump
 
-    result = run_cli("rollout", *SMALL, "env=textarena:GuessTheNumber-v0", f"env.args.actions=[{','.join(NUMBERS)}]", "env.args.test_size=5",
-                     "run.seed=1", "--tasks", "3", "--dump", "out.jsonl", cwd=tmp_path, timeout=600)
+    result = run_cli(
+        "rollout",
+        *SMALL,
+        "env=textarena:GuessTheNumber-v0",
+        f"env.args.actions=[{','.join(NUMBERS)}]",
+        "env.args.test_size=5",
+        "run.seed=1",
+        "--tasks",
+        "3",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
-    metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
+    metrics = json.loads(result.stdout[result.stdout.index("{\n") :])
     dump = records(tmp_path / "out.jsonl")
     retries, _ = check_r3l_dump(dump)
     assert metrics["retry_count"] == len(retries) and metrics["termination/replay_mismatch"] == 0.0
@@ -254,19 +281,43 @@ def test_r3l_rollout_on_guess_the_number(tmp_path):
 def test_r3l_rollout_on_frozen_lake(tmp_path):
     from tests.test_r3l import check_r3l_dump
 
-    result = run_cli("rollout", *SMALL, "env=gym:FrozenLake-v1", "env.args.max_steps=8", "run.seed=3", "--tasks", "2",
-                     "--dump", "out.jsonl", cwd=tmp_path, timeout=600)
+    result = run_cli(
+        "rollout",
+        *SMALL,
+        "env=gym:FrozenLake-v1",
+        "env.args.max_steps=8",
+        "run.seed=3",
+        "--tasks",
+        "2",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
-    metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
+    metrics = json.loads(result.stdout[result.stdout.index("{\n") :])
     check_r3l_dump(records(tmp_path / "out.jsonl"))
     assert metrics["termination/replay_mismatch"] == 0.0
 
 
 def test_r3l_refuses_a_game_it_cannot_replay_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "r3l.cli", "rollout", *SMALL,
-                             "env=gym:tests.helpers.gym_text:R3lTest/MastermindUnseeded-v0", "--tasks", "1"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "r3l.cli",
+            "rollout",
+            *SMALL,
+            "env=gym:tests.helpers.gym_text:R3lTest/MastermindUnseeded-v0",
+            "--tasks",
+            "1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert "not deterministic" in last and "retry_from=scratch" in last
@@ -276,11 +327,25 @@ def test_grpo_trains_two_steps_on_guess_the_number(tmp_path):
     """The scripted generator plays listed guesses, so episodes reach the game's end and its (partial) rewards give
     GRPO a gradient; the embedded model trains the same way (2 steps took 2:20 and 5.2 GB here, too much for CI's
     share of this test)."""
-    result = run_cli("train", "model=tiny-random", "generator=scripted", "algorithm=grpo",
-                     "env=textarena:GuessTheNumber-v0", f"env.args.actions=[{','.join(NUMBERS)}]", "env.args.test_size=5",
-                     "sampling.group_size=4", "train.tasks_per_step=2", "train.steps=2", "sampling.max_new_tokens=32",
-                     "eval.size=2", "logging.tensorboard=false", "logging.progress=false", f"run.dir={tmp_path}",
-                     cwd=tmp_path, timeout=600)
+    result = run_cli(
+        "train",
+        "model=tiny-random",
+        "generator=scripted",
+        "algorithm=grpo",
+        "env=textarena:GuessTheNumber-v0",
+        f"env.args.actions=[{','.join(NUMBERS)}]",
+        "env.args.test_size=5",
+        "sampling.group_size=4",
+        "train.tasks_per_step=2",
+        "train.steps=2",
+        "sampling.max_new_tokens=32",
+        "eval.size=2",
+        "logging.tensorboard=false",
+        "logging.progress=false",
+        f"run.dir={tmp_path}",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     run_dir = next(tmp_path.glob("textarena-grpo-*"))
     steps = [m for m in records(run_dir / "metrics.jsonl") if "loss" in m]

@@ -1,4 +1,5 @@
 """KL estimators, entropy and token log-probabilities on hand-computed numbers."""
+
 import math
 
 import pytest
@@ -84,7 +85,9 @@ def test_entropy_temperature():
 def test_token_logprobs_hand_case():
     logits = torch.tensor([[[0.0, math.log(3)], [0.0, math.log(3)]]])
     tokens = torch.tensor([[1, 0]])
-    assert token_logprobs(logits, tokens).flatten().tolist() == pytest.approx([math.log(0.75), math.log(0.25)], abs=1e-6)
+    assert token_logprobs(logits, tokens).flatten().tolist() == pytest.approx(
+        [math.log(0.75), math.log(0.25)], abs=1e-6
+    )
     # temperature 2: p1 = √3/(1+√3) = .633975 -> -.455746; p0 = .366025 -> -1.005053
     assert token_logprobs(logits, tokens, temperature=2.0).flatten().tolist() == pytest.approx(
         [-0.455746, -1.005053], abs=1e-5
@@ -100,9 +103,7 @@ def test_token_logprobs_matches_log_softmax(temperature):
     assert torch.allclose(token_logprobs(logits, tokens, temperature), reference, atol=1e-5)
     # chunked path (2 rows per chunk) gives the same numbers
     assert torch.allclose(token_logprobs(logits, tokens, temperature, max_chunk_elements=22), reference, atol=1e-5)
-    assert torch.allclose(
-        entropy_from_logits(logits, max_chunk_elements=22), entropy_from_logits(logits), atol=1e-6
-    )
+    assert torch.allclose(entropy_from_logits(logits, max_chunk_elements=22), entropy_from_logits(logits), atol=1e-6)
 
 
 def test_token_logprobs_gradient_and_dtype():

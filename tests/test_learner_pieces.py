@@ -2,23 +2,25 @@
 
 import pytest
 
+from r3l.algorithms import assign_advantages
 from r3l.envs import Task
 from r3l.evaluate import wilson_interval
 from r3l.experience import Experience
 from r3l.learner.batching import collate, micro_batches
-from r3l.algorithms import assign_advantages
 from r3l.learner.schedule import lr_factor
 from r3l.task_sampler import TaskSampler
 
 
 def experience(tokens, mask, logprobs=None, group="g", reward=0.0):
-    return Experience(group=group, kind="base", tokens=tokens, loss_mask=mask,
-                      logprobs=logprobs or [0.0] * len(tokens), reward=reward)
+    return Experience(
+        group=group, kind="base", tokens=tokens, loss_mask=mask, logprobs=logprobs or [0.0] * len(tokens), reward=reward
+    )
 
 
 def test_collate_shifts_targets_and_keeps_loss_mask_apart_from_attention():
-    batch = collate([experience([5, 6, 7, 8], [0, 0, 1, 1], [0, 0, -0.5, -0.25]),
-                     experience([9, 10], [0, 1], [0, -1.0])], pad_id=0)
+    batch = collate(
+        [experience([5, 6, 7, 8], [0, 0, 1, 1], [0, 0, -0.5, -0.25]), experience([9, 10], [0, 1], [0, -1.0])], pad_id=0
+    )
     assert batch["input_ids"].tolist() == [[5, 6, 7, 8], [9, 10, 0, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
     # position t predicts token t+1: targets and everything aligned to them drop the first token
@@ -81,7 +83,9 @@ def test_most_common_completion_share():
     from r3l.evaluate import most_common_completion
 
     assert most_common_completion(["<answer>2</answer>", " <answer>2</answer>\n", "<answer>5</answer>", "x"]) == (
-        "<answer>2</answer>", 0.5)
+        "<answer>2</answer>",
+        0.5,
+    )
     assert most_common_completion([]) == (None, 0.0)
 
 

@@ -1,5 +1,6 @@
 """`r3l train distributed.learner_ranks=2` (FSDP2 over gloo, CPU processes): trains to the weights one process
 reaches, and a 2-rank run stopped and resumed ends where an uninterrupted one does."""
+
 import json
 import signal
 import subprocess
@@ -18,9 +19,16 @@ from tests.test_train_e2e import TINY, write_dataset
 def common(tmp_path):
     data = write_dataset(tmp_path / "data.jsonl")
     reward_fn = f"{Path(__file__).parent / 'helpers' / 'rewards.py'}:vowel_share_reward"
-    return [*TINY, "env=dataset", f"env.args={{path: '{data}', reward_fn: '{reward_fn}', test_fraction: 0.25}}",
-            "eval.size=0", "train.lr=1e-3", "model.autocast_bf16=false", "train.micro_batch_size=2",
-            f"run.dir={tmp_path}"]
+    return [
+        *TINY,
+        "env=dataset",
+        f"env.args={{path: '{data}', reward_fn: '{reward_fn}', test_fraction: 0.25}}",
+        "eval.size=0",
+        "train.lr=1e-3",
+        "model.autocast_bf16=false",
+        "train.micro_batch_size=2",
+        f"run.dir={tmp_path}",
+    ]
 
 
 def final_weights(run_dir: Path) -> dict:
@@ -40,19 +48,31 @@ def test_two_learner_ranks_train_like_one_process(tmp_path):
     initial = load_policy("tiny-random")[0].state_dict()
     assert any(not torch.allclose(initial[k], a[k]) for k in a)  # the updates were real
     metrics = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["skipped_zero_advantage"] for m in metrics if "loss" in m] == \
-        [json.loads(line)["skipped_zero_advantage"] for line in (tmp_path / "one" / "metrics.jsonl").read_text()
-         .splitlines() if "loss" in json.loads(line)]
+    assert [m["skipped_zero_advantage"] for m in metrics if "loss" in m] == [
+        json.loads(line)["skipped_zero_advantage"]
+        for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()
+        if "loss" in json.loads(line)
+    ]
 
 
 @pytest.mark.parametrize("sharded", [False, True], ids=["gathered", "sharded-checkpoints"])
 def test_a_two_rank_run_resumes_exactly(tmp_path, sharded):
-    args = [*common(tmp_path), "distributed.learner_ranks=2", "train.steps=4",
-            f"distributed.sharded_checkpoints={str(sharded).lower()}", "train.keep_optimizer=true"]
+    args = [
+        *common(tmp_path),
+        "distributed.learner_ranks=2",
+        "train.steps=4",
+        f"distributed.sharded_checkpoints={str(sharded).lower()}",
+        "train.keep_optimizer=true",
+    ]
     straight = run_cli("train", *args, "run.name=straight", cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
-    interrupted = subprocess.Popen([sys.executable, "-m", "r3l.cli", "train", *args, "run.name=split"], cwd=tmp_path,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    interrupted = subprocess.Popen(
+        [sys.executable, "-m", "r3l.cli", "train", *args, "run.name=split"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = tmp_path / "split" / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.exists() and '"loss"' in metrics.read_text()):

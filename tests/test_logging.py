@@ -79,28 +79,56 @@ def _write_rows(run_dir, rows):
 def test_render_report_writes_panels(tmp_path):
     rows = []
     for step in range(1, 6):
-        rows.append({
-            "step": step, "time": 100.0 + step,
-            "reward_mean": step / 5, "success_rate": step / 10, "policy_loss": 1 / step,
-            "kl": 0.001 * step, "entropy": 1.0, "rollout/tokens_per_s": 900.0,
-            "train/tokens_per_s": 2000.0, "grad_norm": None if step == 3 else 0.5,
-            "lr": 1e-6, "response_length": 120 + step,
-        })
+        rows.append(
+            {
+                "step": step,
+                "time": 100.0 + step,
+                "reward_mean": step / 5,
+                "success_rate": step / 10,
+                "policy_loss": 1 / step,
+                "kl": 0.001 * step,
+                "entropy": 1.0,
+                "rollout/tokens_per_s": 900.0,
+                "train/tokens_per_s": 2000.0,
+                "grad_norm": None if step == 3 else 0.5,
+                "lr": 1e-6,
+                "response_length": 120 + step,
+            }
+        )
         if step % 2 == 0:
             rows.append({"step": step, "time": 100.0 + step, "eval/success": 0.3})
     _write_rows(tmp_path, rows)
-    (tmp_path / "bench.json").write_text(json.dumps({
-        "hf": {"tokens_per_s": 100.0}, "vllm": {"tokens_per_s": 900.0, "note": "x"},
-        "speedup_ratio": 9.0, "flag": True, "runs": [{"ratio": 1.5}],
-    }))
+    (tmp_path / "bench.json").write_text(
+        json.dumps(
+            {
+                "hf": {"tokens_per_s": 100.0},
+                "vllm": {"tokens_per_s": 900.0, "note": "x"},
+                "speedup_ratio": 9.0,
+                "flag": True,
+                "runs": [{"ratio": 1.5}],
+            }
+        )
+    )
 
     paths = render_report(tmp_path)
 
     names = sorted(p.name for p in paths)
-    assert names == sorted([
-        "reward.png", "success.png", "loss.png", "kl.png", "entropy.png", "tokens_per_s.png",
-        "grad_norm.png", "lr.png", "response_length.png", "overview.png", "bench.png", "held_out.png",
-    ])
+    assert names == sorted(
+        [
+            "reward.png",
+            "success.png",
+            "loss.png",
+            "kl.png",
+            "entropy.png",
+            "tokens_per_s.png",
+            "grad_norm.png",
+            "lr.png",
+            "response_length.png",
+            "overview.png",
+            "bench.png",
+            "held_out.png",
+        ]
+    )
     for p in paths:
         assert p.parent == tmp_path / "plots"
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -111,8 +139,10 @@ def test_panels_label_axes_keep_held_out_points_apart_and_skip_flat_zero(tmp_pat
 
     from r3l.logging.plots import PANELS, _draw, _series
 
-    rows = [{"step": s, "success": s / 10, "approx_kl": 0.0, "train_tokens_per_s": 20000.0 if s == 4 else 900.0 + s}
-            for s in range(1, 11)]
+    rows = [
+        {"step": s, "success": s / 10, "approx_kl": 0.0, "train_tokens_per_s": 20000.0 if s == 4 else 900.0 + s}
+        for s in range(1, 11)
+    ]
     rows += [{"step": 0, "eval/success": 0.2}, {"step": 10, "eval/success": 0.4}]
     series = _series(rows)
     panels = {panel.name: panel for panel in PANELS}
@@ -176,8 +206,10 @@ def test_train_progress_live_bar_runs():
 def test_r3l_reflection_panel_and_pivot_histogram(tmp_path):
     from r3l.logging.plots import _series, pivot_histogram
 
-    rows = [{"step": 1, "valid_report_rate": 0.5, "retry_success": 0.25, "pivot_count/0": 2.0, "pivot_count/3": 1.0},
-            {"step": 2, "valid_report_rate": 0.75, "retry_success": 0.5, "pivot_count/3": 2.0, "pivot_count/12": 1.0}]
+    rows = [
+        {"step": 1, "valid_report_rate": 0.5, "retry_success": 0.25, "pivot_count/0": 2.0, "pivot_count/3": 1.0},
+        {"step": 2, "valid_report_rate": 0.75, "retry_success": 0.5, "pivot_count/3": 2.0, "pivot_count/12": 1.0},
+    ]
     _write_rows(tmp_path, rows)
     assert pivot_histogram(_series(rows)) == {0: 2.0, 3: 3.0, 12: 1.0}
     names = {p.name for p in render_report(tmp_path)}

@@ -1,4 +1,5 @@
 """Aggregation and policy losses on hand-computed numbers."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """The 'math' multi-attempt dialogue over real single-turn sources, on hand-made tasks."""
+
 import json
 
 import pytest
@@ -34,8 +35,12 @@ def test_capabilities_tasks_and_prompt_come_from_the_source(env):
 def test_right_first_time(env):
     [result] = play(env, SIX_BY_SEVEN, ["6 * 7 = 42 <answer>42</answer>"])
     assert (result.reward, result.done) == (1.0, True)
-    assert result.info == {"attempt": 1, "score": 1.0, "success": True,
-                           "feedback": "Correct on attempt 1 of 3: correct"}
+    assert result.info == {
+        "attempt": 1,
+        "score": 1.0,
+        "success": True,
+        "feedback": "Correct on attempt 1 of 3: correct",
+    }
     with pytest.raises(RuntimeError, match="reset"):
         env.step("<answer>42</answer>")
 
@@ -43,8 +48,10 @@ def test_right_first_time(env):
 def test_right_on_the_second_attempt_after_being_told_why(env):
     first, second = play(env, SIX_BY_SEVEN, ["<answer>48</answer>", "<answer>42</answer>"])
     assert (first.reward, first.done, first.info) == (0.0, False, {"attempt": 1, "score": 0.0})
-    assert first.observation == ("Your answer is incorrect: answered 48, which is not correct. Think again and give "
-                                 "your corrected final answer in the same format (2 attempt(s) left).")
+    assert first.observation == (
+        "Your answer is incorrect: answered 48, which is not correct. Think again and give "
+        "your corrected final answer in the same format (2 attempt(s) left)."
+    )
     assert "42" not in first.observation  # the source is built not to reveal the answer
     assert (second.reward, second.done, second.info["attempt"], second.info["success"]) == (1.0, True, 2, True)
     assert second.info["feedback"] == "Correct on attempt 2 of 3: correct"
@@ -67,14 +74,25 @@ def test_replay_rebuilds_the_dialogue(env):
 
 
 def test_one_attempt_and_a_custom_message():
-    env = make("math", source="arithmetic", max_attempts=1, retry_message="No: {feedback}",
-               source_args={"train_size": 1, "test_size": 1})
+    env = make(
+        "math",
+        source="arithmetic",
+        max_attempts=1,
+        retry_message="No: {feedback}",
+        source_args={"train_size": 1, "test_size": 1},
+    )
     [result] = play(env, SIX_BY_SEVEN, ["<answer>1</answer>"])
     assert result.done and result.info["feedback"] == "The answer was wrong: answered 1, which is not correct"
-    env = make("math", source="arithmetic", max_attempts=2, retry_message="No: {feedback} ({attempt}/{max_attempts})",
-               source_args={"train_size": 1, "test_size": 1, "reveal_answer_in_feedback": True})
+    env = make(
+        "math",
+        source="arithmetic",
+        max_attempts=2,
+        retry_message="No: {feedback} ({attempt}/{max_attempts})",
+        source_args={"train_size": 1, "test_size": 1, "reveal_answer_in_feedback": True},
+    )
     assert play(env, SIX_BY_SEVEN, ["<answer>1</answer>"])[0].observation == (
-        "No: answered 1, the correct answer is 42 (1/2)")
+        "No: answered 1, the correct answer is 42 (1/2)"
+    )
 
 
 def test_countdown_source():
@@ -88,9 +106,12 @@ def test_countdown_source():
 def test_a_failed_last_attempt_keeps_the_sources_partial_credit(tmp_path):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Say something {i}."}) + "\n" for i in range(4)))
-    env = make("math", source="dataset", max_attempts=2,
-               source_args={"path": str(data), "reward_fn": "tests.helpers.rewards:vowel_share_reward",
-                            "test_fraction": 0.25})
+    env = make(
+        "math",
+        source="dataset",
+        max_attempts=2,
+        source_args={"path": str(data), "reward_fn": "tests.helpers.rewards:vowel_share_reward", "test_fraction": 0.25},
+    )
     task = env.tasks("train")[0]
     [only] = play(env, task, ["aaaa"])  # vowel share 1.0 reaches the threshold: a success
     assert (only.done, only.reward, only.info["success"]) == (True, 1.0, True)
@@ -114,19 +135,24 @@ def test_source_settings_hide_the_answer_only_where_the_source_can_show_it():
     assert source_settings(CountdownEnv, {"seed": 1}) == {"seed": 1}
 
 
-@pytest.mark.parametrize("settings, problem", [
-    ({"max_attempts": 0}, "max_attempts must be a whole number >= 1"),
-    ({"max_attempts": True}, "max_attempts must be a whole number >= 1"),
-    ({"max_attempts": "3"}, "max_attempts must be a whole number >= 1"),
-    ({"source": "textworld_express"}, "env.args.source must be a single-turn environment"),
-    ({"source": "math"}, "env.args.source must be a single-turn environment"),
-    ({"source": "chess"}, "unknown environment 'chess'"),
-    ({"source_args": ["train_size", 3]}, "source_args must be a mapping"),
-    ({"source": "countdown", "source_args": {"colour": "red"}},
-     "environment 'countdown' has no setting env.args.colour"),
-    ({"retry_message": "{oops}"}, "unknown placeholder"),
-    ({"attempts": 3}, "environment 'math' has no setting env.args.attempts"),
-])
+@pytest.mark.parametrize(
+    "settings, problem",
+    [
+        ({"max_attempts": 0}, "max_attempts must be a whole number >= 1"),
+        ({"max_attempts": True}, "max_attempts must be a whole number >= 1"),
+        ({"max_attempts": "3"}, "max_attempts must be a whole number >= 1"),
+        ({"source": "textworld_express"}, "env.args.source must be a single-turn environment"),
+        ({"source": "math"}, "env.args.source must be a single-turn environment"),
+        ({"source": "chess"}, "unknown environment 'chess'"),
+        ({"source_args": ["train_size", 3]}, "source_args must be a mapping"),
+        (
+            {"source": "countdown", "source_args": {"colour": "red"}},
+            "environment 'countdown' has no setting env.args.colour",
+        ),
+        ({"retry_message": "{oops}"}, "unknown placeholder"),
+        ({"attempts": 3}, "environment 'math' has no setting env.args.attempts"),
+    ],
+)
 def test_bad_settings_are_user_errors(settings, problem):
     with pytest.raises(UserError, match=problem):
         make("math", **settings)

@@ -1,4 +1,5 @@
 """Memory readings, trimming the allocator, and the soak's growth statistic on hand-computed numbers."""
+
 import pytest
 import torch
 

@@ -20,9 +20,18 @@ def batch(vocab: int) -> list[Experience]:
     records = shared_prompt_groups(vocab, groups, lambda index, prompt: 3 + 2 * index + prompt % 3, generator)
     for length in (14, 30):  # a reflection trained as SFT: long, its own group
         tokens = torch.randint(3, vocab, (length,), generator=generator).tolist()
-        records.append(Experience(group=f"sft{length}", kind="sft", tokens=tokens,
-                                  loss_mask=[0] * 6 + [1] * (length - 6), logprobs=[-1.0] * length, reward=1.0,
-                                  advantage=1.0, objective="sft"))
+        records.append(
+            Experience(
+                group=f"sft{length}",
+                kind="sft",
+                tokens=tokens,
+                loss_mask=[0] * 6 + [1] * (length - 6),
+                logprobs=[-1.0] * length,
+                reward=1.0,
+                advantage=1.0,
+                objective="sft",
+            )
+        )
     return records
 
 
@@ -32,8 +41,7 @@ def gradient(size: int, overhead: int, share_prefix: bool) -> tuple[torch.Tensor
     model, tokenizer = load_policy("tiny-random")
     model = model.float()
     algorithm = AlgorithmConfig(kl_coef=0.0, sft_loss="nll")
-    train = TrainConfig(micro_batch_size=size, micro_batch_overhead=overhead, share_prefix=share_prefix,
-                        grad_clip=1e9)
+    train = TrainConfig(micro_batch_size=size, micro_batch_overhead=overhead, share_prefix=share_prefix, grad_clip=1e9)
     learner = Learner(model, tokenizer, algorithm, train, temperature=1.0, autocast_bf16=False)
     seen = []
     learner.optimizer.step = lambda: seen.append(torch.cat([p.grad.flatten().clone() for p in model.parameters()]))

@@ -1,9 +1,10 @@
 """A built-in model's preset and the step-size check (issue 25: the default job's lr collapsed Qwen2.5)."""
+
 import pytest
 import torch
 
 from r3l.config import load_config, merge_trees
-from r3l.learner.step_size import (median_weight_rms, relative_step, step_size_warning, suggested_lr)
+from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning, suggested_lr
 
 QWEN = "qwen2.5-coder-0.5b-instruct"
 
@@ -31,8 +32,9 @@ def test_models_without_a_preset_are_untouched():
 
 
 def test_merge_trees_merges_sections_and_reads_the_name_shorthand():
-    assert merge_trees({"model": "a", "train": {"lr": 1, "steps": 2}}, {"model": {"lora": {"r": 4}}, "train": {"lr": 3}}) \
-        == {"model": {"name": "a", "lora": {"r": 4}}, "train": {"lr": 3, "steps": 2}}
+    assert merge_trees(
+        {"model": "a", "train": {"lr": 1, "steps": 2}}, {"model": {"lora": {"r": 4}}, "train": {"lr": 3}}
+    ) == {"model": {"name": "a", "lora": {"r": 4}}, "train": {"lr": 3, "steps": 2}}
 
 
 def test_merge_trees_returns_a_new_tree():
@@ -71,8 +73,18 @@ def test_training_with_weights_too_small_for_the_lr_warns_once(tmp_path):
     from r3l.logging import console
     from r3l.trainer import Trainer
 
-    config = load_config(None, ["model=tiny-random", "generator=scripted", "train.steps=0", "eval.size=0",
-                                f"run.dir={tmp_path}", "logging.progress=false", "logging.tensorboard=false"])
+    config = load_config(
+        None,
+        [
+            "model=tiny-random",
+            "generator=scripted",
+            "train.steps=0",
+            "eval.size=0",
+            f"run.dir={tmp_path}",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+        ],
+    )
     trainer = Trainer(config)
     try:
         rms = median_weight_rms(trainer.model)

@@ -5,6 +5,7 @@ Qwen2.5's chat template (tests/helpers/qwen2_5_chat_template.jinja, as Qwen2.5-C
 on the tiny model's tokenizer (SmolLM2's, the same ChatML tokens), so these tests need no Qwen weights; SmolLM2's
 own template takes no tools and shows the fallback.
 """
+
 import copy
 import json
 from pathlib import Path
@@ -23,9 +24,16 @@ from r3l.rollout.generator import Completion, SamplingParams
 from r3l.rollout.hf import HFGenerator
 
 QWEN_TEMPLATE = (Path(__file__).parent / "helpers" / "qwen2_5_chat_template.jinja").read_text()
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                          "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather of a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +56,9 @@ def completion_of(tokenizer, text):
 def test_a_template_that_takes_tools_renders_them_itself(qwen_style, tiny):
     assert template_takes_tools(qwen_style) and not template_takes_tools(tiny[1])
     prompt = text_of(qwen_style, encode_prompt(qwen_style, PromptFormat().messages("Weather in Oslo?"), TOOLS))
-    expected = qwen_style.apply_chat_template([{"role": "user", "content": "Weather in Oslo?"}], tools=TOOLS,
-                                              tokenize=False, add_generation_prompt=True)
+    expected = qwen_style.apply_chat_template(
+        [{"role": "user", "content": "Weather in Oslo?"}], tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
     assert prompt == expected and json.dumps(TOOLS[0]) in prompt and "<tool_call>" in prompt
     assert prompt.startswith("<|im_start|>system\nYou are Qwen")  # the template's own system message, then the tools
 
@@ -68,19 +77,23 @@ def test_a_template_without_tools_gets_the_same_block_in_its_system_message(tiny
 
 def test_a_template_that_teaches_another_tool_format_is_refused(tiny):
     tokenizer = copy.deepcopy(tiny[1])
-    tokenizer.chat_template = ("{% if tools %}Tools: {{ tools | tojson }}\n{% endif %}{% for m in messages %}"
-                               "{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+    tokenizer.chat_template = (
+        "{% if tools %}Tools: {{ tools | tojson }}\n{% endif %}{% for m in messages %}"
+        "{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    )
     with pytest.raises(UserError, match="set env.args.tool_format=prompt"):
         encode_prompt(tokenizer, PromptFormat().messages("hi"), TOOLS)
 
 
 def test_a_conversation_with_tools_stays_token_exact(qwen_style):
     conversation = TokenConversation.start(qwen_style, PromptFormat().messages("Weather in Oslo?"), tools=TOOLS)
-    reply = completion_of(qwen_style, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
+    reply = completion_of(
+        qwen_style, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    )
     span = conversation.add_assistant(reply, trained=True)
     conversation.add_user("Now Bergen.")
     conversation.add_assistant(completion_of(qwen_style, "<tool_call>"), trained=True)
-    assert conversation.drift() == 0 and conversation.tokens[span[0]:span[1]] == reply.tokens
+    assert conversation.drift() == 0 and conversation.tokens[span[0] : span[1]] == reply.tokens
     for part in (conversation.copy(), conversation.before_turn(1), conversation.after_turn(0)):
         assert part.tools == TOOLS and "# Tools" in text_of(qwen_style, part.tokens)
     without = TokenConversation.start(qwen_style, PromptFormat().messages("Weather in Oslo?"))
@@ -89,9 +102,15 @@ def test_a_conversation_with_tools_stays_token_exact(qwen_style):
 
 def xlam_file(tmp_path):
     path = tmp_path / "xlam.jsonl"
-    rows = [{"id": i, "query": f"What is the weather in City{i}?",
-             "tools": [{"name": "get_weather", "description": "Weather.", "parameters": {"city": {"type": "str"}}}],
-             "answers": [{"name": "get_weather", "arguments": {"city": f"City{i}"}}]} for i in range(4)]
+    rows = [
+        {
+            "id": i,
+            "query": f"What is the weather in City{i}?",
+            "tools": [{"name": "get_weather", "description": "Weather.", "parameters": {"city": {"type": "str"}}}],
+            "answers": [{"name": "get_weather", "arguments": {"city": f"City{i}"}}],
+        }
+        for i in range(4)
+    ]
     path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     return str(path)
 
@@ -146,11 +165,16 @@ def test_structured_replies_are_tool_call_blocks_of_the_listed_functions(tiny, t
     def follows(text):
         return constrainer.replay(constraint, tokenizer(text, add_special_tokens=False)["input_ids"])[1]
 
-    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": [1, 2.5e1, {"a": null}]}}\n</tool_call>'
+    call = (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": [1, 2.5e1, {"a": null}]}}'
+        "\n</tool_call>"
+    )
     assert follows(call) and follows(call + "\n" + call.replace("Oslo", 'Os\\"lo'))
     assert env.verify(task, call).feedback.startswith("argument 'city'")  # read as any other reply
-    for bad in ('```json\n{"name": "get_weather", "arguments": {}}\n```',
-                '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
-                '<tool_call>\n{"name": "get_weather", "arguments": []}\n</tool_call>',
-                'Sure. <tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>'):
+    for bad in (
+        '```json\n{"name": "get_weather", "arguments": {}}\n```',
+        '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": []}\n</tool_call>',
+        'Sure. <tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>',
+    ):
         assert not follows(bad), bad

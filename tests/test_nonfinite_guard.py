@@ -1,5 +1,6 @@
 """The learner never applies an update whose loss or gradient norm is NaN/inf, and a run stops after
 `train.max_nonfinite_updates` of them in a row."""
+
 import copy
 import json
 
@@ -22,6 +23,7 @@ def poisoned(loss_fn, when):
         calls.append(1)
         value, metrics = loss_fn(*args, **kwargs)
         return (value * float("nan") if when(len(calls)) else value), metrics
+
     return loss
 
 
@@ -29,8 +31,7 @@ def test_nonfinite_loss_is_never_applied(tiny):
     model, tokenizer = tiny
     policy = copy.deepcopy(model)
     train = TrainConfig(lr=1e-2, warmup_ratio=0.5, schedule="cosine", micro_batch_size=3)
-    learner = Learner(policy, tokenizer, AlgorithmConfig(), train,
-                      temperature=1.0, autocast_bf16=False, total_steps=10)
+    learner = Learner(policy, tokenizer, AlgorithmConfig(), train, temperature=1.0, autocast_bf16=False, total_steps=10)
     learner.loss_fn = poisoned(learner.loss_fn, lambda call: call == 2)  # the second micro-batch of the first update
     before = {name: p.detach().clone() for name, p in policy.named_parameters()}
     lr_before = learner.scheduler.get_last_lr()[0]
@@ -51,8 +52,7 @@ def test_nonfinite_loss_is_never_applied(tiny):
 def test_nonfinite_gradient_norm_is_never_applied(tiny, monkeypatch):
     model, tokenizer = tiny
     policy = copy.deepcopy(model)
-    learner = Learner(policy, tokenizer, AlgorithmConfig(), TrainConfig(lr=1e-2), temperature=1.0,
-                      autocast_bf16=False)
+    learner = Learner(policy, tokenizer, AlgorithmConfig(), TrainConfig(lr=1e-2), temperature=1.0, autocast_bf16=False)
     before = {name: p.detach().clone() for name, p in policy.named_parameters()}
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *args, **kwargs: torch.tensor(float("inf")))
     metrics = learner.update(batch_of_groups())
@@ -61,13 +61,28 @@ def test_nonfinite_gradient_norm_is_never_applied(tiny, monkeypatch):
 
 
 def test_run_stops_after_the_limit_and_keeps_the_last_good_checkpoint(tmp_path):
-    config = load_config(None, ["model=tiny-random", "env=countdown", "sampling.group_size=4",
-                                "sampling.max_new_tokens=8", "train.tasks_per_step=2", "train.micro_batch_size=4",
-                                "eval.size=0", "logging.progress=false", "logging.tensorboard=false",
-                                "generator.dtype=float32", "train.steps=8", "train.checkpoint_every=1",
-                                "train.max_nonfinite_updates=2", "train.keep_checkpoints=2",
-                                "train.skip_zero_advantage=false",
-                                f"run.dir={tmp_path}", "run.name=nan"])
+    config = load_config(
+        None,
+        [
+            "model=tiny-random",
+            "env=countdown",
+            "sampling.group_size=4",
+            "sampling.max_new_tokens=8",
+            "train.tasks_per_step=2",
+            "train.micro_batch_size=4",
+            "eval.size=0",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            "generator.dtype=float32",
+            "train.steps=8",
+            "train.checkpoint_every=1",
+            "train.max_nonfinite_updates=2",
+            "train.keep_checkpoints=2",
+            "train.skip_zero_advantage=false",
+            f"run.dir={tmp_path}",
+            "run.name=nan",
+        ],
+    )
     trainer = Trainer(config)
     learner, update = trainer.learner, trainer.learner.update
 
@@ -75,6 +90,7 @@ def test_run_stops_after_the_limit_and_keeps_the_last_good_checkpoint(tmp_path):
         metrics = update(experiences, **options)
         learner.loss_fn = poisoned(learner.loss_fn, lambda call: True)
         return metrics
+
     learner.update = good_then_poisoned
     with pytest.raises(RunStopped, match="2 updates in a row had a NaN/inf loss or gradient norm at step 3"):
         trainer.run()

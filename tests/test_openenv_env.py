@@ -2,6 +2,7 @@
 of tests/helpers/openenv_guess.py, written on OpenEnv's own base classes; its observations, reward and termination,
 the Action model gating replies, replay under a seed, refusals in one line, and an R3L rollout through the CLI, with
 the environments in this process and in processes of their own."""
+
 import json
 from pathlib import Path
 
@@ -55,11 +56,14 @@ def test_max_steps_ends_an_unfinished_game_as_a_failure():
     assert last.done and last.info["success"] is False and "ran out of steps (2)" in last.info["feedback"]
 
 
-@pytest.mark.parametrize("game_id, message", [
-    ("tests/helpers/openenv_guess.py:GuessAction", "is not an OpenEnv Environment subclass"),
-    ("tests/helpers/openenv_guess.py:TwoFieldEnvironment", "has 2 (first, second)"),
-    ("tests/helpers/openenv_guess.py:NoSuchClass", "has no function 'NoSuchClass'"),
-])
+@pytest.mark.parametrize(
+    "game_id, message",
+    [
+        ("tests/helpers/openenv_guess.py:GuessAction", "is not an OpenEnv Environment subclass"),
+        ("tests/helpers/openenv_guess.py:TwoFieldEnvironment", "has 2 (first, second)"),
+        ("tests/helpers/openenv_guess.py:NoSuchClass", "has no function 'NoSuchClass'"),
+    ],
+)
 def test_what_cannot_be_played_is_refused_in_one_line(game_id, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make("openenv", id=game_id)
@@ -71,11 +75,22 @@ def test_what_cannot_be_played_is_refused_in_one_line(game_id, message):
 def test_r3l_rollout_on_the_openenv_game(tmp_path, processes):
     from tests.test_r3l import check_r3l_dump
 
-    result = run_cli("rollout", *SMALL, f"env=openenv:{ROOT / GAME}", f"env.args.actions=[{NUMBERS}]",
-                     f"agent.env_processes={processes}", "run.seed=1", "--tasks", "3", "--dump", "out.jsonl",
-                     cwd=tmp_path, timeout=600)
+    result = run_cli(
+        "rollout",
+        *SMALL,
+        f"env=openenv:{ROOT / GAME}",
+        f"env.args.actions=[{NUMBERS}]",
+        f"agent.env_processes={processes}",
+        "run.seed=1",
+        "--tasks",
+        "3",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
-    metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
+    metrics = json.loads(result.stdout[result.stdout.index("{\n") :])
     dump = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     retries, _ = check_r3l_dump(dump)
     assert metrics["termination/env_error"] == 0.0 and metrics.get("replay_mismatches", 0.0) == 0.0

@@ -1,5 +1,6 @@
 """The reward-hacking watch: rewarded answers that copy an expression of their prompt are counted in training
 metrics, held-out evaluation and `r3l report`."""
+
 import json
 
 import pytest
@@ -17,15 +18,18 @@ PROMPT = "Calculate -251 + 793 * -70.\n\nPut only the final answer inside <answe
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=24, seed=0)
 
 
-@pytest.mark.parametrize("answer, copied", [
-    ("-251 + 793 * -70", ["-251+793*-70"]),
-    ("793*-70", ["793*-70"]),
-    ("793 * - 70", ["793*-70"]),
-    ("-55761", []),
-    ("55761", []),
-    ("-251 + 793", ["-251+793"]),
-    ("251 * 70", []),  # an expression, but not one of the prompt's
-])
+@pytest.mark.parametrize(
+    "answer, copied",
+    [
+        ("-251 + 793 * -70", ["-251+793*-70"]),
+        ("793*-70", ["793*-70"]),
+        ("793 * - 70", ["793*-70"]),
+        ("-55761", []),
+        ("55761", []),
+        ("-251 + 793", ["-251+793"]),
+        ("251 * 70", []),  # an expression, but not one of the prompt's
+    ],
+)
 def test_copied_expressions_finds_the_prompts_expressions_in_the_answer(answer, copied):
     assert copied_expressions(answer, PROMPT) == copied
 
@@ -65,8 +69,10 @@ def test_rewarded_copies_are_counted_in_training_metrics_and_held_out_evaluation
     make_env = copying_dataset(tmp_path)
     generator = FixedReply(model, tokenizer)
     generator.replies = {"1+2*x": "<answer>1+2*x</answer>", "3*x+3": "<answer>3(x+1)</answer>"}
-    tasks = [Task(id="copy", prompt="Simplify 1+2*x.", answer="2x+1"),
-             Task(id="honest", prompt="Simplify 3*x+3.", answer="3(x+1)")]
+    tasks = [
+        Task(id="copy", prompt="Simplify 1+2*x.", answer="2x+1"),
+        Task(id="honest", prompt="Simplify 3*x+3.", answer="3(x+1)"),
+    ]
     runner = EpisodeRunner(make_env, generator, tokenizer)
     episodes = runner.run([EpisodeStart(task) for task in tasks], PARAMS)
     runner.close()
@@ -84,8 +90,10 @@ def test_report_line_names_the_steps_and_evaluations_that_copied(tmp_path):
     (tmp_path / "eval_before.json").write_text(json.dumps({"rewarded_prompt_copies": 0}))
     (tmp_path / "eval_after.json").write_text(json.dumps({"rewarded_prompt_copies": 3}))
     line = hack_watch_line(tmp_path)
-    assert line == ("reward-hacking watch (WARNING, the verifier may be exploited): 1 of 2 training steps rewarded "
-                    "an answer copied from its prompt (at most 25.0% of a step's episodes); held-out: after 3, before 0")
+    assert line == (
+        "reward-hacking watch (WARNING, the verifier may be exploited): 1 of 2 training steps rewarded "
+        "an answer copied from its prompt (at most 25.0% of a step's episodes); held-out: after 3, before 0"
+    )
     (tmp_path / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
     (tmp_path / "eval_after.json").write_text(json.dumps({"rewarded_prompt_copies": 0}))
     assert hack_watch_line(tmp_path).startswith("reward-hacking watch (none seen): 0 of 1 training steps")

@@ -1,5 +1,6 @@
 """R3 end to end with the scripted generator (real tokenizer and model, scripted text): failure set,
 reflection-only masks, binary second-attempt rewards, groups, two-attempt evaluation."""
+
 import json
 from pathlib import Path
 
@@ -21,21 +22,29 @@ def records(path):
 
 
 def check_r3_record(record, train_second_attempt=False):
-    first, reflection, second = record["turn_spans"]
+    _first, reflection, second = record["turn_spans"]
     mask = record["loss_mask"]
     assert record["kind"] == "reflection"
     assert record["meta"]["reflection_span"] == list(reflection)
-    assert all(m == 1 for m in mask[reflection[0]:reflection[1]])
-    assert all(m == int(train_second_attempt) for m in mask[second[0]:second[1]])
-    outside = mask[:reflection[0]] + mask[reflection[1]:second[0]] + mask[second[1]:]
+    assert all(m == 1 for m in mask[reflection[0] : reflection[1]])
+    assert all(m == int(train_second_attempt) for m in mask[second[0] : second[1]])
+    outside = mask[: reflection[0]] + mask[reflection[1] : second[0]] + mask[second[1] :]
     assert not any(outside)  # prompt, first attempt and instructions are never trained
     assert record["reward"] == (1.0 if record["meta"]["second_attempt_success"] else 0.0)
-    assert all(lp < 0 for lp in record["logprobs"][reflection[0]:reflection[1]])
+    assert all(lp < 0 for lp in record["logprobs"][reflection[0] : reflection[1]])
 
 
 def test_rollout_line_shows_the_r3_structure(tmp_path):
-    result = run_cli("rollout", "model=tiny-random", "generator=scripted", "algorithm=r3", "env=countdown",
-                     "--dump", "out.jsonl", cwd=tmp_path)
+    result = run_cli(
+        "rollout",
+        "model=tiny-random",
+        "generator=scripted",
+        "algorithm=r3",
+        "env=countdown",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     dumped = records(tmp_path / "out.jsonl")
     groups = {}
@@ -56,11 +65,25 @@ def test_rollout_line_shows_the_r3_structure(tmp_path):
 
 
 def test_r3_training_dumps_reflection_only_masks_and_the_table(tmp_path):
-    result = run_cli("train", "model=tiny-random", "generator=scripted", "algorithm=r3", "env=countdown",
-                     "sampling.group_size=4", "train.steps=2", "train.tasks_per_step=2", "eval.size=4",
-                     "eval.attempts=2", "algorithm.strategy_args.max_queries=8",
-                     "algorithm.strategy_args.train_second_attempt=true", "logging.tensorboard=false",
-                     f"run.dir={tmp_path}", "run.name=r3", "--dump-experiences", cwd=tmp_path)
+    result = run_cli(
+        "train",
+        "model=tiny-random",
+        "generator=scripted",
+        "algorithm=r3",
+        "env=countdown",
+        "sampling.group_size=4",
+        "train.steps=2",
+        "train.tasks_per_step=2",
+        "eval.size=4",
+        "eval.attempts=2",
+        "algorithm.strategy_args.max_queries=8",
+        "algorithm.strategy_args.train_second_attempt=true",
+        "logging.tensorboard=false",
+        f"run.dir={tmp_path}",
+        "run.name=r3",
+        "--dump-experiences",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     run = tmp_path / "r3"
     for step in (1, 2):
@@ -95,8 +118,18 @@ def test_failure_set_counts_and_resumes(tiny, tmp_path):
     params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=5)
     path = tmp_path / "failures.jsonl"
     build = lambda max_queries: build_failure_set(  # noqa: E731
-        env.tasks("train"), make_env, generator, tokenizer, params, PromptFormat(), max_samples=4,
-        round_size=2, queries_per_batch=3, max_queries=max_queries, path=path)
+        env.tasks("train"),
+        make_env,
+        generator,
+        tokenizer,
+        params,
+        PromptFormat(),
+        max_samples=4,
+        round_size=2,
+        queries_per_batch=3,
+        max_queries=max_queries,
+        path=path,
+    )
     partial = build(6)
     assert partial.tried == 6 == partial.solved + len(partial.tasks)
     full = build(12)  # resumes: the first six come from the file
@@ -120,15 +153,17 @@ def test_reflection_prompts(tmp_path):
     # the control's message: the verdict (with the feedback where the reflection would get it), then the request
     # to answer again asked as the retry after a reflection asks it, with no reflection between
     control = prompts.verdict_retry_message("uses 7 twice", "Make 24 from 3 7 7 8.", "Answer in <answer> tags.")
-    assert control == ("Your answer was not correct. uses 7 twice\nTry again. Answer in <answer> tags.\n\n"
-                       "Make 24 from 3 7 7 8.")
+    assert control == (
+        "Your answer was not correct. uses 7 twice\nTry again. Answer in <answer> tags.\n\nMake 24 from 3 7 7 8."
+    )
     assert "uses 7" not in ReflectionPrompts.load().verdict_retry_message("uses 7 twice", "task")
 
 
 def test_the_retry_message_restates_the_format_and_the_task():
     prompts = ReflectionPrompts.load()
     assert prompts.retry_message("Calculate 2 + 3.", "Answer inside <answer></answer> tags.") == (
-        "Now try again, using your reflection. Answer inside <answer></answer> tags.\n\nCalculate 2 + 3.")
+        "Now try again, using your reflection. Answer inside <answer></answer> tags.\n\nCalculate 2 + 3."
+    )
     assert prompts.retry_message("Calculate 2 + 3.") == "Now try again, using your reflection.\n\nCalculate 2 + 3."
     assert "Do not give the answer yet" in prompts.reflect_message("")
 
@@ -138,8 +173,11 @@ def test_unknown_strategy_setting_is_a_one_line_error():
 
     config = load_config(None, ["algorithm=r3", "algorithm.strategy_args.max_sample=3"])
     with pytest.raises(UserError, match="max_sample"):
-        make_strategy("r3", ExploreContext(make_env=None, generator=None, tokenizer=None, sampling=SamplingParams(),
-                                           group_size=2), **config.algorithm.strategy_args)
+        make_strategy(
+            "r3",
+            ExploreContext(make_env=None, generator=None, tokenizer=None, sampling=SamplingParams(), group_size=2),
+            **config.algorithm.strategy_args,
+        )
 
 
 def test_countdown_solver_finds_a_valid_equation():
@@ -147,19 +185,36 @@ def test_countdown_solver_finds_a_valid_equation():
     env = make("countdown", train_size=1, test_size=1)
     assert expression is not None
     task = env.tasks("test")[0]
-    assert env.verify(task, f"<answer>{countdown_solution(task.answer['numbers'], task.answer['target'])}</answer>").success
+    assert env.verify(
+        task, f"<answer>{countdown_solution(task.answer['numbers'], task.answer['target'])}</answer>"
+    ).success
 
 
 def test_reflections_are_asked_alike_in_training_and_evaluation_unless_set_apart():
     from r3l.build import two_attempts
 
     assert two_attempts(load_config(None, ["algorithm=r3"])) is None  # one attempt: no reflection at all
-    trained = load_config(None, ["algorithm=r3", "eval.attempts=2", "algorithm.strategy_args.reflection_temperature=0.7",
-                                 "algorithm.strategy_args.reflection_max_new_tokens=96"])
+    trained = load_config(
+        None,
+        [
+            "algorithm=r3",
+            "eval.attempts=2",
+            "algorithm.strategy_args.reflection_temperature=0.7",
+            "algorithm.strategy_args.reflection_max_new_tokens=96",
+        ],
+    )
     settings = two_attempts(trained)
     assert (settings.reflection_max_new_tokens, settings.reflection_temperature) == (96, 0.7)
-    apart = load_config(None, ["algorithm=r3", "eval.attempts=2", "algorithm.strategy_args.reflection_temperature=0.7",
-                               "eval.reflection_max_new_tokens=40", "eval.reflection_temperature=0"])
+    apart = load_config(
+        None,
+        [
+            "algorithm=r3",
+            "eval.attempts=2",
+            "algorithm.strategy_args.reflection_temperature=0.7",
+            "eval.reflection_max_new_tokens=40",
+            "eval.reflection_temperature=0",
+        ],
+    )
     settings = two_attempts(apart)
     assert (settings.reflection_max_new_tokens, settings.reflection_temperature) == (40, 0.0)
     params = settings.reflect_params(SamplingParams(temperature=0.4, max_new_tokens=8))

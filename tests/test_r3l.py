@@ -1,6 +1,7 @@
 """R3L end to end on the real simulators with the scripted generator (real tokenizer and model, scripted
 text that plays admissible actions and writes reports with a pivot): what the dump holds is checked
 against the method's rules."""
+
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -13,8 +14,14 @@ from r3l.config import load_config
 from r3l.trainer import Trainer
 from tests.conftest import run_cli
 
-SMALL = ["model=tiny-random", "generator=scripted", "sampling.group_size=4", "eval.size=0",
-         "logging.tensorboard=false", "logging.progress=false"]
+SMALL = [
+    "model=tiny-random",
+    "generator=scripted",
+    "sampling.group_size=4",
+    "eval.size=0",
+    "logging.tensorboard=false",
+    "logging.progress=false",
+]
 
 
 def records(path):
@@ -55,7 +62,8 @@ def check_r3l_dump(dump, pivotal_credit=True, alpha=3.0):
     assert all(r["kind"] != "sft" for r in policy)
     ids = {g: i for i, g in enumerate(dict.fromkeys(r["group"] for r in policy))}
     expected = ADVANTAGES.get("positive_amplified")(
-        torch.tensor([r["reward"] for r in policy]), torch.tensor([ids[r["group"]] for r in policy]), alpha=alpha)
+        torch.tensor([r["reward"] for r in policy]), torch.tensor([ids[r["group"]] for r in policy]), alpha=alpha
+    )
     assert [r["advantage"] for r in policy] == pytest.approx(expected.tolist(), abs=1e-6)
     # SFT samples exactly where a retry succeeded and beat its base: its reflection and its guided retry; and
     # the reflection of each successful base whose report says "success"
@@ -64,8 +72,13 @@ def check_r3l_dump(dump, pivotal_credit=True, alpha=3.0):
     assert all(r["meta"]["success"] and r["reward"] >= 1.0 for r in improving), "only successful retries improve"
     assert len([r for r in sft if r["meta"]["sft_of"] == "guided_retry"]) == len(improving)
     assert len([r for r in sft if r["meta"]["sft_of"] == "reflection"]) == len(improving)
-    perfect = [b for b in bases.values() if b["meta"]["success"] and b["meta"].get("report", {}).get(
-        "trajectory_outcome") == "success" and b["meta"]["run"] not in {r["meta"]["run"] for r in improving}]
+    perfect = [
+        b
+        for b in bases.values()
+        if b["meta"]["success"]
+        and b["meta"].get("report", {}).get("trajectory_outcome") == "success"
+        and b["meta"]["run"] not in {r["meta"]["run"] for r in improving}
+    ]
     assert len([r for r in sft if r["meta"]["sft_of"] == "success_reflection"]) == len(perfect)
     for record in sft:
         assert record["kind"] == "sft" and record["advantage"] == 1.0
@@ -76,11 +89,23 @@ def check_r3l_dump(dump, pivotal_credit=True, alpha=3.0):
 
 
 def test_the_r3l_rollout_line_on_textworld_express(tmp_path):
-    result = run_cli("rollout", "model=tiny-random", "generator=scripted", "algorithm=r3l", "env=textworld_express",
-                     "env.args.games=[coin]", "run.seed=2", "--tasks", "3", "--dump", "out.jsonl", cwd=tmp_path,
-                     timeout=900)
+    result = run_cli(
+        "rollout",
+        "model=tiny-random",
+        "generator=scripted",
+        "algorithm=r3l",
+        "env=textworld_express",
+        "env.args.games=[coin]",
+        "run.seed=2",
+        "--tasks",
+        "3",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
-    metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
+    metrics = json.loads(result.stdout[result.stdout.index("{\n") :])
     dump = records(tmp_path / "out.jsonl")
     retries, sft = check_r3l_dump(dump)
     kinds_of_sft = {r["meta"]["sft_of"] for r in sft}
@@ -101,25 +126,67 @@ def test_the_r3l_rollout_line_on_textworld_express(tmp_path):
 
 
 def test_r3l_without_pivotal_credit_leaves_masks_whole(tmp_path):
-    result = run_cli("rollout", "--strategy", "r3l_no_pivotal_credit", "--env", "textworld_express", *SMALL[:3],
-                     "env.args.max_steps=8", "--tasks", "1", "--no-show", "--dump", "out.jsonl", cwd=tmp_path,
-                     timeout=900)
+    result = run_cli(
+        "rollout",
+        "--strategy",
+        "r3l_no_pivotal_credit",
+        "--env",
+        "textworld_express",
+        *SMALL[:3],
+        "env.args.max_steps=8",
+        "--tasks",
+        "1",
+        "--no-show",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
     check_r3l_dump(records(tmp_path / "out.jsonl"), pivotal_credit=False)
 
 
 def test_r3l_on_scienceworld(tmp_path):
-    result = run_cli("rollout", "--strategy", "r3l", "--env", "scienceworld", *SMALL[:3], "env.args.max_steps=6",
-                     "env.args.task_names=[boil]", "env.args.split=variations", "--tasks", "2", "--no-show",
-                     "--dump", "out.jsonl", cwd=tmp_path, timeout=900)
+    result = run_cli(
+        "rollout",
+        "--strategy",
+        "r3l",
+        "--env",
+        "scienceworld",
+        *SMALL[:3],
+        "env.args.max_steps=6",
+        "env.args.task_names=[boil]",
+        "env.args.split=variations",
+        "--tasks",
+        "2",
+        "--no-show",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
     retries, _ = check_r3l_dump(records(tmp_path / "out.jsonl"))
     assert all(r["meta"]["steps"] >= r["pivot"] for r in retries)
 
 
 def test_math_retries_restart_from_scratch_and_mask_nothing(tmp_path):
-    result = run_cli("rollout", "--strategy", "r3l", "--env", "math", *SMALL[:3], "env.args.source=arithmetic",
-                     "--tasks", "3", "--no-show", "--dump", "out.jsonl", cwd=tmp_path, timeout=900)
+    result = run_cli(
+        "rollout",
+        "--strategy",
+        "r3l",
+        "--env",
+        "math",
+        *SMALL[:3],
+        "env.args.source=arithmetic",
+        "--tasks",
+        "3",
+        "--no-show",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
     dump = records(tmp_path / "out.jsonl")
     retries = [r for r in dump if r["kind"] == "retry"]
@@ -135,12 +202,35 @@ def test_r3_refuses_a_multi_turn_environment_in_one_line(tmp_path):
     assert result.stderr.strip().count("\n") == 0 and "single-turn" in result.stderr
 
 
-@pytest.mark.parametrize("preset", ["r3l", "grpo", "opmd", "raft", "reflect_grpo", "r3l_no_pivotal_credit",
-                                    "r3l_no_amplification", "r3l_no_reflect_retry"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        "r3l",
+        "grpo",
+        "opmd",
+        "raft",
+        "reflect_grpo",
+        "r3l_no_pivotal_credit",
+        "r3l_no_amplification",
+        "r3l_no_reflect_retry",
+    ],
+)
 def test_every_preset_trains_a_step_on_textworld_express(tmp_path, preset):
-    config = load_config(None, [f"algorithm={preset}", "env=textworld_express", "env.args.max_steps=4",
-                                "env.args.games=[coin]", *SMALL, "sampling.max_new_tokens=32", "train.steps=1",
-                                "train.tasks_per_step=2", f"run.dir={tmp_path}", "logging.dump_experiences=true"])
+    config = load_config(
+        None,
+        [
+            f"algorithm={preset}",
+            "env=textworld_express",
+            "env.args.max_steps=4",
+            "env.args.games=[coin]",
+            *SMALL,
+            "sampling.max_new_tokens=32",
+            "train.steps=1",
+            "train.tasks_per_step=2",
+            f"run.dir={tmp_path}",
+            "logging.dump_experiences=true",
+        ],
+    )
     summary = Trainer(config).run()
     assert summary["step"] == 1
     run_dir = Path(summary["run_dir"])
@@ -151,11 +241,26 @@ def test_every_preset_trains_a_step_on_textworld_express(tmp_path, preset):
 
 
 def test_unused_retry_slots_can_be_filled_with_fresh_episodes(tmp_path):
-    result = run_cli("rollout", "--strategy", "r3l", "--env", "textworld_express", *SMALL[:3], "env.args.games=[coin]",
-                     "env.args.max_steps=6", "algorithm.strategy_args.fill_unused_slots=fresh", "--tasks", "3",
-                     "--no-show", "--dump", "out.jsonl", cwd=tmp_path, timeout=900)
+    result = run_cli(
+        "rollout",
+        "--strategy",
+        "r3l",
+        "--env",
+        "textworld_express",
+        *SMALL[:3],
+        "env.args.games=[coin]",
+        "env.args.max_steps=6",
+        "algorithm.strategy_args.fill_unused_slots=fresh",
+        "--tasks",
+        "3",
+        "--no-show",
+        "--dump",
+        "out.jsonl",
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
-    metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
+    metrics = json.loads(result.stdout[result.stdout.index("{\n") :])
     dump = records(tmp_path / "out.jsonl")
     check_r3l_dump(dump)
     sizes = defaultdict(int)

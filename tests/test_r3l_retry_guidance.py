@@ -2,6 +2,7 @@
 the same reported pivot with no guidance text before the observation there; with it on (the default) the guidance
 stands there. FrozenLake with the scripted generator (real tokenizer, scripted reports with a pivot), the retries
 stored as generated (distill_guidance off) so the tokens show what the model saw."""
+
 import json
 
 import pytest
@@ -11,14 +12,27 @@ from tests.conftest import run_cli
 
 pytest.importorskip("gymnasium")
 
-ARGS = ["model=tiny-random", "generator=scripted", "algorithm=r3l", "sampling.group_size=4", "env=gym:FrozenLake-v1",
-        "env.args.max_steps=8", "run.seed=3", "algorithm.strategy_args.distill_guidance=false", "--tasks", "3",
-        "--no-show", "--dump", "out.jsonl"]
+ARGS = [
+    "model=tiny-random",
+    "generator=scripted",
+    "algorithm=r3l",
+    "sampling.group_size=4",
+    "env=gym:FrozenLake-v1",
+    "env.args.max_steps=8",
+    "run.seed=3",
+    "algorithm.strategy_args.distill_guidance=false",
+    "--tasks",
+    "3",
+    "--no-show",
+    "--dump",
+    "out.jsonl",
+]
 
 
 def retries_and_bases(tmp_path, guidance: bool):
-    result = run_cli("rollout", *ARGS, f"algorithm.strategy_args.retry_guidance={str(guidance).lower()}",
-                     cwd=tmp_path, timeout=600)
+    result = run_cli(
+        "rollout", *ARGS, f"algorithm.strategy_args.retry_guidance={str(guidance).lower()}", cwd=tmp_path, timeout=600
+    )
     assert result.returncode == 0, result.stderr
     dump = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     bases = {r["meta"]["run"]: r for r in dump if r["kind"] == "base"}

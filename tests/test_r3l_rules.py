@@ -23,8 +23,9 @@ def episode(tokenizer, rewards, success):
         conversation.add_assistant(completion, trained=True)
         conversation.add_user(f"Room {index}.")
         steps.append(Step(f"Room {index - 1}.", completion, None, f"look {index}", f"look {index}", reward))
-    return Trajectory(TASK, conversation, steps, success=success, feedback="done", termination="done",
-                      distilled=conversation.copy())
+    return Trajectory(
+        TASK, conversation, steps, success=success, feedback="done", termination="done", distilled=conversation.copy()
+    )
 
 
 def reflection(tokenizer, report):
@@ -33,8 +34,9 @@ def reflection(tokenizer, report):
 
 
 def strategy(tokenizer, **settings):
-    context = ExploreContext(make_env=None, generator=None, tokenizer=tokenizer, sampling=SamplingParams(),
-                             group_size=4)
+    context = ExploreContext(
+        make_env=None, generator=None, tokenizer=tokenizer, sampling=SamplingParams(), group_size=4
+    )
     return R3LStrategy(context, **settings)
 
 
@@ -55,8 +57,7 @@ def test_a_partial_reward_retry_that_does_not_succeed_gets_no_sft(tiny):
     _, tokenizer = tiny
     _, records = run_with_retry(tokenizer, [0.1, 0.1, 0.0], False, [0.1, 0.2, 0.3], False)  # 0.2 -> 0.6
     assert [r.kind for r in records] == ["base", "retry"]
-    _, records = run_with_retry(tokenizer, [0.1, 0.1, 0.0], False, [0.1, 0.2, 0.3], False,
-                                {"improvement": "any_gain"})
+    _, records = run_with_retry(tokenizer, [0.1, 0.1, 0.0], False, [0.1, 0.2, 0.3], False, {"improvement": "any_gain"})
     assert [r.kind for r in records] == ["base", "retry", "sft", "sft"]
 
 
@@ -80,13 +81,25 @@ def test_the_reflection_on_a_successful_base_that_says_success_is_trained(tiny):
     perfect = BaseRun(TASK, "g", "g/base0", base, reflection(tokenizer, Report("found it", "good", "success")))
     records = s._experiences(perfect)
     assert [(r.kind, r.objective, r.meta.get("sft_of")) for r in records] == [
-        ("base", "policy", None), ("sft", "sft", "success_reflection")]
+        ("base", "policy", None),
+        ("sft", "sft", "success_reflection"),
+    ]
     assert records[1].reward == 1.0 and records[1].advantage == 1.0
     assert sum(records[1].loss_mask) == len(perfect.reflection.completion.tokens)  # the reflection only
-    inefficient = BaseRun(TASK, "g", "g/base1", base, reflection(
-        tokenizer, Report("found it", "slow", "success_but_inefficient", "go straight", 0)))
-    failed = BaseRun(TASK, "g", "g/base2", episode(tokenizer, [0.0, 0.0], False),
-                     reflection(tokenizer, Report("lost", "?", "success")))
+    inefficient = BaseRun(
+        TASK,
+        "g",
+        "g/base1",
+        base,
+        reflection(tokenizer, Report("found it", "slow", "success_but_inefficient", "go straight", 0)),
+    )
+    failed = BaseRun(
+        TASK,
+        "g",
+        "g/base2",
+        episode(tokenizer, [0.0, 0.0], False),
+        reflection(tokenizer, Report("lost", "?", "success")),
+    )
     invalid = BaseRun(TASK, "g", "g/base3", base, reflection(tokenizer, ReportError("no_json", "no JSON")))
     for run in (inefficient, failed, invalid):
         assert [r.kind for r in s._experiences(run)] == ["base"]

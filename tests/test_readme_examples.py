@@ -1,5 +1,6 @@
 """The README's "Bring your own environment" commands run: each `r3l train`/`r3l rollout` line, as a short rollout
 with the tiny random model, after the block's own shell lines (the reward function file) ran in the same folder."""
+
 import re
 import shlex
 import subprocess
@@ -14,7 +15,7 @@ QUICK = ["model=tiny-random", "sampling.group_size=2", "sampling.max_new_tokens=
 
 def bring_your_own_block() -> str:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Bring your own environment"):]
+    section = readme[readme.index("## Bring your own environment") :]
     return re.search(r"```bash\n(.*?)```", section, re.S)[1]
 
 
@@ -36,13 +37,14 @@ def test_a_readme_way_in_runs(tmp_path, way):
     commands = [line for line in block.splitlines() if line.startswith("r3l ")]
     shell = block.split("\nr3l ")[0]  # nothing but comments before the first command
     assert not [line for line in shell.splitlines() if line and not line.startswith("#")]
-    setup = block[block.index("cat > "):block.index("PY\n", block.index("<<'PY'") + 6) + 3]  # the heredoc
+    setup = block[block.index("cat > ") : block.index("PY\n", block.index("<<'PY'") + 6) + 3]  # the heredoc
     subprocess.run(["bash", "-c", setup], cwd=tmp_path, check=True)
     (command,) = [c for c in commands if way in c]
     args = shlex.split(command)[1:]
     args[0] = "rollout"  # a rollout of the same settings: what the run would explore first
-    result = subprocess.run([sys.executable, "-m", "r3l.cli", *args, *QUICK], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "r3l.cli", *args, *QUICK], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-2000:]
 
 

@@ -1,20 +1,39 @@
 """R3L reflection reports: JSON extraction, validation reason codes, stats, guidance and the trajectory log."""
+
 import json
 
 import pytest
 
-from r3l.reflection.guidance import (build_guidance, environment_verdict, format_trajectory_log, load_guidance_template,
-                                     load_reflect_template, reflection_prompt)
-from r3l.reflection.report import (MAX_CHARS, OUTCOMES, REASON_CODES, REPORT_KEYS, Report, ReportError,
-                                   ReportStats, extract_json_object, needs_retry, parse_report)
+from r3l.reflection.guidance import (
+    build_guidance,
+    environment_verdict,
+    format_trajectory_log,
+    load_guidance_template,
+    load_reflect_template,
+    reflection_prompt,
+)
+from r3l.reflection.report import (
+    MAX_CHARS,
+    OUTCOMES,
+    REASON_CODES,
+    REPORT_KEYS,
+    Report,
+    ReportError,
+    ReportStats,
+    extract_json_object,
+    needs_retry,
+    parse_report,
+)
 
 
 def report_json(**overrides):
-    base = {"trajectory_summary": "Went to the kitchen, opened the fridge.",
-            "root_cause_analysis": "It never picked up the apple",
-            "trajectory_outcome": "failure",
-            "improvement_suggestion": "Take the apple before leaving the kitchen",
-            "retry_from_step": 2}
+    base = {
+        "trajectory_summary": "Went to the kitchen, opened the fridge.",
+        "root_cause_analysis": "It never picked up the apple",
+        "trajectory_outcome": "failure",
+        "improvement_suggestion": "Take the apple before leaving the kitchen",
+        "retry_from_step": 2,
+    }
     base.update(overrides)
     return json.dumps({k: v for k, v in base.items() if v is not ...})
 
@@ -27,16 +46,29 @@ def code_of(text, num_steps=5):
 
 def test_constants():
     assert OUTCOMES == ("success", "success_but_inefficient", "failure")
-    assert set(REPORT_KEYS) == {"trajectory_summary", "root_cause_analysis", "trajectory_outcome",
-                                "improvement_suggestion", "retry_from_step"}
+    assert set(REPORT_KEYS) == {
+        "trajectory_summary",
+        "root_cause_analysis",
+        "trajectory_outcome",
+        "improvement_suggestion",
+        "retry_from_step",
+    }
 
 
 def test_valid_report_in_a_fence_with_prose_and_think():
-    text = ("<think>Let me see {what} happened.</think>\nHere is my analysis:\n```json\n"
-            + report_json() + "\n```\nHope this helps!")
+    text = (
+        "<think>Let me see {what} happened.</think>\nHere is my analysis:\n```json\n"
+        + report_json()
+        + "\n```\nHope this helps!"
+    )
     report = parse_report(text, num_steps=5)
-    assert report == Report("Went to the kitchen, opened the fridge.", "It never picked up the apple", "failure",
-                            "Take the apple before leaving the kitchen", 2)
+    assert report == Report(
+        "Went to the kitchen, opened the fridge.",
+        "It never picked up the apple",
+        "failure",
+        "Take the apple before leaving the kitchen",
+        2,
+    )
     assert needs_retry(report)
 
 
@@ -85,8 +117,7 @@ def test_zero_steps_cannot_be_retried():
 
 
 def test_success_needs_no_retry_fields():
-    report = parse_report(report_json(trajectory_outcome="success", improvement_suggestion=...,
-                                      retry_from_step=...), 5)
+    report = parse_report(report_json(trajectory_outcome="success", improvement_suggestion=..., retry_from_step=...), 5)
     assert report.trajectory_outcome == "success" and report.retry_from_step is None
     assert report.improvement_suggestion is None and not needs_retry(report)
     # present but invalid retry fields are ignored on success
@@ -94,14 +125,17 @@ def test_success_needs_no_retry_fields():
     assert report.retry_from_step is None
 
 
-@pytest.mark.parametrize("text, code", [
-    ("I think the agent did fine.", "no_json"),
-    ("", "no_json"),
-    ('{"trajectory_summary": "cut off', "invalid_json"),
-    ("{'trajectory_summary': 'single quotes'}", "invalid_json"),
-    ('```json\n["a", "list"]\n```', "not_object"),
-    ("42", "not_object"),
-])
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        ("I think the agent did fine.", "no_json"),
+        ("", "no_json"),
+        ('{"trajectory_summary": "cut off', "invalid_json"),
+        ("{'trajectory_summary': 'single quotes'}", "invalid_json"),
+        ('```json\n["a", "list"]\n```', "not_object"),
+        ("42", "not_object"),
+    ],
+)
 def test_not_a_json_object(text, code):
     assert code_of(text) == code
 
@@ -142,15 +176,20 @@ def test_guidance_holds_the_whole_report_and_asks_not_to_mention_it():
     report = parse_report(report_json(), 5)
     text = build_guidance(report)
     assert "It never picked up the apple" in text and "Take the apple before leaving the kitchen" in text
-    shown = json.loads(text[text.index("{"):text.rindex("}") + 1])
-    assert shown == {"trajectory_summary": report.trajectory_summary, "root_cause_analysis": report.root_cause_analysis,
-                     "trajectory_outcome": report.trajectory_outcome,
-                     "improvement_suggestion": report.improvement_suggestion, "retry_from_step": report.retry_from_step}
+    shown = json.loads(text[text.index("{") : text.rindex("}") + 1])
+    assert shown == {
+        "trajectory_summary": report.trajectory_summary,
+        "root_cause_analysis": report.root_cause_analysis,
+        "trajectory_outcome": report.trajectory_outcome,
+        "improvement_suggestion": report.improvement_suggestion,
+        "retry_from_step": report.retry_from_step,
+    }
     assert "Do not mention or refer to this guidance" in text
     brief = build_guidance(report, load_guidance_template("r3l_guidance_brief.txt"))
     assert "It never picked up the apple" in brief and "{" not in brief
     assert build_guidance(report, "Why: {root_cause} | Do: {suggestion} | {other}") == (
-        "Why: It never picked up the apple | Do: Take the apple before leaving the kitchen | {other}")
+        "Why: It never picked up the apple | Do: Take the apple before leaving the kitchen | {other}"
+    )
     with pytest.raises(ValueError):
         build_guidance(Report("s", "r", "success"))
 
@@ -162,8 +201,10 @@ def test_default_templates_have_their_placeholders():
     assert "{report}" in load_guidance_template()
 
 
-STEPS = [("You are in a kitchen.", "I should open the fridge.", "open fridge"),
-         ("The fridge is open. You see an apple.", "", "go to hallway")]
+STEPS = [
+    ("You are in a kitchen.", "I should open the fridge.", "open fridge"),
+    ("The fridge is open. You see an apple.", "", "go to hallway"),
+]
 
 
 def test_trajectory_log_format():
@@ -177,11 +218,14 @@ def test_trajectory_log_format():
         "Observation: The fridge is open. You see an apple.\n"
         "Action: go to hallway\n"
         "\n"
-        "Final feedback: Task failed: no apple in hand.")
+        "Final feedback: Task failed: no apple in hand."
+    )
     assert format_trajectory_log(STEPS[:1], "ok", "Pick up the apple.").startswith(
-        "Rules: Pick up the apple.\n\nStep 0\n")
+        "Rules: Pick up the apple.\n\nStep 0\n"
+    )
     assert format_trajectory_log(STEPS[:1], "Task failed.", verdict=environment_verdict(False, 0.0)).endswith(
-        "Final feedback: Task failed.\n\nVerdict of the environment: failure (reward 0)")
+        "Final feedback: Task failed.\n\nVerdict of the environment: failure (reward 0)"
+    )
     assert environment_verdict(True, 0.5) == "success (reward 0.5)"
 
 
@@ -194,8 +238,13 @@ def test_reflection_prompt_fills_the_template():
 
 # ---------------------------------------------------------------- the R3L code's reading
 def _report(**fields):
-    base = {"trajectory_summary": "went west", "root_cause_analysis": "east was right", "trajectory_outcome": "failure",
-            "improvement_suggestion": "go east", "retry_from_step": 1}
+    base = {
+        "trajectory_summary": "went west",
+        "root_cause_analysis": "east was right",
+        "trajectory_outcome": "failure",
+        "improvement_suggestion": "go east",
+        "retry_from_step": 1,
+    }
     return json.dumps({**base, **fields})
 
 
@@ -204,22 +253,25 @@ def test_the_reference_reading_takes_first_brace_to_last_brace():
 
     reference, ours = REPORT_PARSERS.get("reference"), REPORT_PARSERS.get("r3l")
     assert reference(f"Sure! {_report()} Done.", 3).retry_from_step == 1
-    two = f"Example: {{\"a\": 1}} Mine: {_report()}"  # two objects: the reference's slice is not JSON
+    two = f'Example: {{"a": 1}} Mine: {_report()}'  # two objects: the reference's slice is not JSON
     with pytest.raises(ReportError) as caught:
         reference(two, 3)
     assert caught.value.reason_code == "invalid_json"
     assert ours(two, 3).retry_from_step == 1  # r3l: the last balanced object
 
 
-@pytest.mark.parametrize("fields, reference_ok, r3l_ok", [
-    ({"trajectory_outcome": "Failure"}, False, True),  # the reference compares the outcome exactly
-    ({"trajectory_summary": ""}, True, False),  # the reference only asks that a text field be present
-    ({"improvement_suggestion": ""}, True, False),
-    ({"retry_from_step": "1"}, False, True),  # a digit string: the reference's retry fails on it, r3l converts
-    ({"retry_from_step": 1.0}, False, False),  # a float: the reference's retry fails on it
-    ({"retry_from_step": True}, False, False),
-    ({"retry_from_step": 3}, False, False),  # out of [0, 3)
-])
+@pytest.mark.parametrize(
+    "fields, reference_ok, r3l_ok",
+    [
+        ({"trajectory_outcome": "Failure"}, False, True),  # the reference compares the outcome exactly
+        ({"trajectory_summary": ""}, True, False),  # the reference only asks that a text field be present
+        ({"improvement_suggestion": ""}, True, False),
+        ({"retry_from_step": "1"}, False, True),  # a digit string: the reference's retry fails on it, r3l converts
+        ({"retry_from_step": 1.0}, False, False),  # a float: the reference's retry fails on it
+        ({"retry_from_step": True}, False, False),
+        ({"retry_from_step": 3}, False, False),  # out of [0, 3)
+    ],
+)
 def test_reference_and_r3l_readings_differ_where_fidelity_says(fields, reference_ok, r3l_ok):
     from r3l.reflection.report import REPORT_PARSERS
 
@@ -235,8 +287,9 @@ def test_reference_and_r3l_readings_differ_where_fidelity_says(fields, reference
 def test_the_reference_reading_of_a_success_needs_no_pivot():
     from r3l.reflection.report import REPORT_PARSERS
 
-    report = REPORT_PARSERS.get("reference")(_report(trajectory_outcome="success", retry_from_step=None,
-                                                      improvement_suggestion=None), 3)
+    report = REPORT_PARSERS.get("reference")(
+        _report(trajectory_outcome="success", retry_from_step=None, improvement_suggestion=None), 3
+    )
     assert report.trajectory_outcome == "success" and report.retry_from_step is None
 
 
@@ -247,8 +300,14 @@ def test_outcome_agreement_on_hand_counts():
     fine = Report("s", "r", "success")
     slow = Report("s", "r", "success_but_inefficient", "fewer steps", 1)
     # agree, agree, agree, disagree (a failed episode called a success), invalid reports not counted
-    judged = [(failed, False), (fine, True), (slow, True), (slow, False), (ReportError("invalid_json", "x"), False),
-              ("no_json", True)]
+    judged = [
+        (failed, False),
+        (fine, True),
+        (slow, True),
+        (slow, False),
+        (ReportError("invalid_json", "x"), False),
+        ("no_json", True),
+    ]
     assert outcome_agreement(judged) == 3 / 4
     assert outcome_agreement([(failed, True)]) == 0.0
     assert outcome_agreement([("no_json", False)]) is None

@@ -1,14 +1,27 @@
 """`r3l report`'s plots: the maths on hand-computed numbers (smoothing, gaps, intervals, clip range) and what
 the drawn axes hold: held-out success alone on a [0, 1] axis with its intervals, one panel for a reward equal to
 success, steps without an update as gaps, thresholds from the run's config, the run's name in the titles."""
+
 import json
 import math
 
 import pytest
 import yaml
 
-from r3l.logging.plots import (PANELS, RunInfo, _draw, _series, choose_panels, clip_range, held_out_intervals,
-                               no_update_steps, render_report, run_name, smooth, smoothing_window)
+from r3l.logging.plots import (
+    PANELS,
+    RunInfo,
+    _draw,
+    _series,
+    choose_panels,
+    clip_range,
+    held_out_intervals,
+    no_update_steps,
+    render_report,
+    run_name,
+    smooth,
+    smoothing_window,
+)
 
 nan = math.nan
 PANEL = {panel.name: panel for panel in PANELS}
@@ -40,11 +53,24 @@ def test_steps_without_an_update_are_gaps_not_zeros():
         {"step": 0, "eval/success": 0.2, "eval/seconds": 137.0},
         {"step": 1, "reward": 0.5, "loss": 0.1, "grad_norm": 2.0, "entropy": 0.3, "trained_tokens": 60.0},
         # every advantage 0: the learner logs a loss and gradient norm of exactly 0, and no entropy
-        {"step": 2, "reward": 1.0, "loss": 0.0, "grad_norm": 0.0, "trained_tokens": 60.0,
-         "skipped_zero_advantage": 8.0},
+        {
+            "step": 2,
+            "reward": 1.0,
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            "trained_tokens": 60.0,
+            "skipped_zero_advantage": 8.0,
+        },
         # a non-finite update: written as null, its keys listed under "nonfinite"
-        {"step": 3, "reward": 0.25, "loss": None, "grad_norm": None, "entropy": 0.4, "nonfinite_update": 1.0,
-         "nonfinite": ["grad_norm", "loss"]},
+        {
+            "step": 3,
+            "reward": 0.25,
+            "loss": None,
+            "grad_norm": None,
+            "entropy": 0.4,
+            "nonfinite_update": 1.0,
+            "nonfinite": ["grad_norm", "loss"],
+        },
         {"step": 4, "reward": 0.0, "trained_tokens": 0.0},  # nothing to train on
         {"step": 5, "reward": 0.75, "loss": 0.2, "grad_norm": 1.0, "entropy": 0.5},
         {"step": 5, "eval/success": 0.4, "eval/seconds": 39.0},
@@ -63,24 +89,33 @@ def test_steps_without_an_update_are_gaps_not_zeros():
 
 
 def test_held_out_success_has_its_own_axis_and_intervals():
-    series = _series([{"step": 0, "eval/success": 0.21, "eval/reward": 0.21, "eval/seconds": 137.0},
-                      {"step": 30, "eval/success": 0.39, "eval/reward": 0.39, "eval/seconds": 39.0},
-                      *({"step": s, "reward": 0.5, "success": 0.5, "step_seconds": 10.0} for s in range(1, 31))])
+    series = _series(
+        [
+            {"step": 0, "eval/success": 0.21, "eval/reward": 0.21, "eval/seconds": 137.0},
+            {"step": 30, "eval/success": 0.39, "eval/reward": 0.39, "eval/seconds": 39.0},
+            *({"step": s, "reward": 0.5, "success": 0.5, "step_seconds": 10.0} for s in range(1, 31)),
+        ]
+    )
     panels = dict(choose_panels(series)[0])
     assert panels[PANEL["held_out"]] == ["eval/success"]  # seconds are never on a success axis
     assert "eval/seconds" in panels[PANEL["seconds"]] and PANEL["held_out_reward"] not in panels
-    intervals = held_out_intervals([
-        {"step": 0, "success": 0.21, "ci95": [0.16, 0.27], "total": 200},
-        {"step": 30, "first_try": {"success": 0.39, "ci95": [0.32, 0.46]}, "second_try": {"ci95": [0.4, 0.55]}},
-        {"success": 0.5, "ci95": [0.4, 0.6]}])  # no step: not placed
-    assert intervals == {"eval/success": {0.0: (0.16, 0.27), 30.0: (0.32, 0.46)},
-                         "eval/second_try_success": {30.0: (0.4, 0.55)}}
+    intervals = held_out_intervals(
+        [
+            {"step": 0, "success": 0.21, "ci95": [0.16, 0.27], "total": 200},
+            {"step": 30, "first_try": {"success": 0.39, "ci95": [0.32, 0.46]}, "second_try": {"ci95": [0.4, 0.55]}},
+            {"success": 0.5, "ci95": [0.4, 0.6]},
+        ]
+    )  # no step: not placed
+    assert intervals == {
+        "eval/success": {0.0: (0.16, 0.27), 30.0: (0.32, 0.46)},
+        "eval/second_try_success": {30.0: (0.4, 0.55)},
+    }
     from matplotlib.figure import Figure
 
     ax = Figure().add_subplot()
     _draw(ax, series, ["eval/success"], PANEL["held_out"], info=RunInfo(name="grpo/seed0", intervals=intervals))
     low, high = ax.get_ylim()
-    assert -0.05 <= low and high <= 1.05  # 0.21 -> 0.39 is not squashed against an axis reaching 137
+    assert low >= -0.05 and high <= 1.05  # 0.21 -> 0.39 is not squashed against an axis reaching 137
     bars = ax.containers[0]
     assert bars.has_yerr
     segments = bars.lines[2][0].get_segments()
@@ -105,8 +140,9 @@ def test_a_reward_equal_to_success_is_drawn_once(tmp_path):
 
 
 def test_clip_range_from_the_config():
-    assert clip_range({"algorithm": {"policy_loss": "ppo_clip", "loss_args": {"clip_low": 0.2, "clip_high": 0.28}}}) \
-        == pytest.approx((0.8, 1.28))
+    assert clip_range(
+        {"algorithm": {"policy_loss": "ppo_clip", "loss_args": {"clip_low": 0.2, "clip_high": 0.28}}}
+    ) == pytest.approx((0.8, 1.28))
     assert clip_range({"algorithm": {"policy_loss": "ppo_clip"}}) == pytest.approx((0.8, 1.2))  # ppo_clip's default
     assert clip_range({"algorithm": {"policy_loss": "opmd", "loss_args": {"tau": 1.0}}}) is None
     assert clip_range({}) is None
@@ -115,11 +151,27 @@ def test_clip_range_from_the_config():
 def test_run_panels_thresholds_smoothing_and_names(tmp_path):
     from matplotlib.figure import Figure
 
-    rows = [{"step": s, "success": (s % 4) / 4, "zero_variance_groups": 0.5, "clip_fraction": 0.01 * (s % 3),
-             "ratio_mean": 1.0 + 0.01 * (s % 3 - 1), "kl": 0.001 * s, "approx_kl": 0.0, "rss_mib": 1000.0 + s,
-             "peak_rss_mib": 1200.0, "grad_norm": 3.0, "loss": 0.1} for s in range(1, 31)]
-    config = {"run": {"name": "seed3"}, "algorithm": {"policy_loss": "ppo_clip", "loss_args": {"clip_low": 0.2}},
-              "train": {"grad_clip": 1.0}}
+    rows = [
+        {
+            "step": s,
+            "success": (s % 4) / 4,
+            "zero_variance_groups": 0.5,
+            "clip_fraction": 0.01 * (s % 3),
+            "ratio_mean": 1.0 + 0.01 * (s % 3 - 1),
+            "kl": 0.001 * s,
+            "approx_kl": 0.0,
+            "rss_mib": 1000.0 + s,
+            "peak_rss_mib": 1200.0,
+            "grad_norm": 3.0,
+            "loss": 0.1,
+        }
+        for s in range(1, 31)
+    ]
+    config = {
+        "run": {"name": "seed3"},
+        "algorithm": {"policy_loss": "ppo_clip", "loss_args": {"clip_low": 0.2}},
+        "train": {"grad_clip": 1.0},
+    }
     run_dir = tmp_path / "grpo" / "seed3"
     _write(run_dir, rows, config)
     names = {path.name for path in render_report(run_dir)}
@@ -154,8 +206,10 @@ def test_run_panels_thresholds_smoothing_and_names(tmp_path):
 def test_no_update_steps_are_shaded_on_update_panels():
     from matplotlib.figure import Figure
 
-    rows = [{"step": s, "loss": 0.0 if s == 2 else 0.1, "grad_norm": 0.0 if s == 2 else 1.0, "success": 0.5}
-            for s in range(1, 4)]
+    rows = [
+        {"step": s, "loss": 0.0 if s == 2 else 0.1, "grad_norm": 0.0 if s == 2 else 1.0, "success": 0.5}
+        for s in range(1, 4)
+    ]
     series = _series(rows)
     info = RunInfo(no_update=no_update_steps(rows))
     ax = Figure().add_subplot()

@@ -1,5 +1,6 @@
 """reward.functions: reward functions with TRL's signature, from a file, weighted and summed with a single-turn
 environment's own reward; a user's broken function stops the run with one line naming it and the row."""
+
 import json
 from functools import partial
 
@@ -10,7 +11,7 @@ from r3l.envs.reward_functions import RewardFunctions, with_reward_functions
 from r3l.errors import UserError
 from tests.conftest import run_cli
 
-FUNCTIONS = '''
+FUNCTIONS = """
 def length_bonus(prompts, completions, **columns):
     return [len(c) / 100 for c in completions]
 
@@ -25,7 +26,7 @@ def broken(prompts, completions, **columns):
 
 def two_values(prompts, completions, **columns):
     return [0.0, 1.0]
-'''
+"""
 
 
 @pytest.fixture
@@ -76,8 +77,11 @@ def test_a_broken_function_is_one_line_naming_it_and_the_row(functions, tmp_path
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"prompt": "Say hi.", "answer": "hi"}) + "\n")
     env = rewarded(functions, "broken", env="dataset", path=str(data), test_fraction=0.0)
-    with pytest.raises(UserError, match=r"reward.functions '.*my_rewards.py:broken' failed on task dataset-train-0 "
-                                        r"\(.*data.jsonl line 1\): KeyError: 'score'"):
+    with pytest.raises(
+        UserError,
+        match=r"reward.functions '.*my_rewards.py:broken' failed on task dataset-train-0 "
+        r"\(.*data.jsonl line 1\): KeyError: 'score'",
+    ):
         judge(env, env.tasks("train")[0], "hi")
     env = rewarded(functions, "two_values")
     with pytest.raises(UserError, match="two_values' returned .* on task arithmetic-train-.*one float per completion"):
@@ -117,15 +121,27 @@ def test_a_multi_turn_environment_is_refused(functions):
 def test_a_rollout_is_rewarded_by_the_users_function(functions, tmp_path):
     from r3l.models import load_policy
 
-    result = run_cli("rollout", "model=tiny-random", "env=arithmetic", "sampling.group_size=2", "--tasks", "2",
-                     "--no-show", "--dump", "out.jsonl", f"reward.functions=[{functions}:length_bonus]",
-                     "reward.weights=[3.0]", cwd=tmp_path)
+    result = run_cli(
+        "rollout",
+        "model=tiny-random",
+        "env=arithmetic",
+        "sampling.group_size=2",
+        "--tasks",
+        "2",
+        "--no-show",
+        "--dump",
+        "out.jsonl",
+        f"reward.functions=[{functions}:length_bonus]",
+        "reward.weights=[3.0]",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     _, tokenizer = load_policy("tiny-random")
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(records) == 4
     for record in records:
-        reply = tokenizer.decode([t for t, m in zip(record["tokens"], record["loss_mask"]) if m],
-                                 skip_special_tokens=True)
+        reply = tokenizer.decode(
+            [t for t, m in zip(record["tokens"], record["loss_mask"]) if m], skip_special_tokens=True
+        )
         # the random model never answers right: the environment's reward is 0, the function's is the rest
         assert record["reward"] == pytest.approx(3.0 * len(reply) / 100)

@@ -1,14 +1,20 @@
 """Engine/learner mismatch: the importance weights (tis, mis) on hand-computed numbers, the mismatch metrics,
 and the learner: the identity when behaviour and learner agree, the weights applied where they do not, and
 retries stored without their guidance left out of both."""
+
 import copy
 import math
 
 import pytest
 import torch
 
-from r3l.algorithms.rollout_correction import (ROLLOUT_CORRECTIONS, mismatch_metrics, mismatch_sums,
-                                               masked_importance_weights, truncated_importance_weights)
+from r3l.algorithms.rollout_correction import (
+    ROLLOUT_CORRECTIONS,
+    masked_importance_weights,
+    mismatch_metrics,
+    mismatch_sums,
+    truncated_importance_weights,
+)
 from r3l.config import AlgorithmConfig, TrainConfig
 from r3l.errors import UserError
 from r3l.learner.batching import collate
@@ -40,8 +46,10 @@ def test_mismatch_sums_on_hand_computed_numbers():
     assert sums["kl"] == pytest.approx(math.exp(-1) + 2 - math.log(3.0))
     assert sums["outside"] == 2.0  # e^-1 < 1/2 and 3 > 2
     assert sums["gap_max"] == pytest.approx(math.log(3.0))
-    metrics = mismatch_metrics({"mismatch:" + k: v for k, v in sums.items() if k != "gap_max"}
-                               | {"mismatch:weight": 3.0, "mismatch:dropped": 1.0, "mismatch:weight_tokens": 4.0})
+    metrics = mismatch_metrics(
+        {"mismatch:" + k: v for k, v in sums.items() if k != "gap_max"}
+        | {"mismatch:weight": 3.0, "mismatch:dropped": 1.0, "mismatch:weight_tokens": 4.0}
+    )
     assert metrics["generator_logprob_gap"] == pytest.approx((1 + math.log(3.0)) / 3)
     assert metrics["generator_ratio_outside"] == pytest.approx(2 / 3)
     assert metrics["rollout_correction_weight"] == 0.75 and metrics["rollout_correction_dropped"] == 0.25
@@ -50,8 +58,14 @@ def test_mismatch_sums_on_hand_computed_numbers():
 def _learner(tiny, correction: str):
     model, tokenizer = tiny
     algorithm = AlgorithmConfig(policy_loss="opmd", rollout_correction=correction, rollout_correction_threshold=2.0)
-    return Learner(copy.deepcopy(model), tokenizer, algorithm, TrainConfig(lr=1e-3, micro_batch_size=8),
-                   temperature=1.0, autocast_bf16=False)
+    return Learner(
+        copy.deepcopy(model),
+        tokenizer,
+        algorithm,
+        TrainConfig(lr=1e-3, micro_batch_size=8),
+        temperature=1.0,
+        autocast_bf16=False,
+    )
 
 
 def _with_learner_logprobs(learner, experiences, shift: float = 0.0):

@@ -1,6 +1,7 @@
 """Rollout workers as Ray actors (a real local Ray cluster): the batch split across two workers gives exactly
 the experiences one process does, weight syncs reach them, a dead worker stops the run in one line or is
 replaced, and `r3l train distributed.rollout_workers=2` runs end to end."""
+
 import json
 import time
 from pathlib import Path
@@ -14,27 +15,47 @@ from r3l.errors import RunStopped
 from tests.conftest import run_cli
 
 QUIET = ["eval.size=0", "logging.tensorboard=false", "logging.progress=false"]
-ARITHMETIC = ["model=tiny-random", "generator.dtype=float32", "model.autocast_bf16=false", "sampling.group_size=4", "sampling.max_new_tokens=12", "train.tasks_per_step=5",
-              *QUIET]
-R3L_TWX = ["model=tiny-random", "generator=scripted", "generator.dtype=float32", "algorithm=r3l", "env=textworld_express",
-           "env.args.games=[coin]", "env.args.max_steps=4", "sampling.group_size=4", "sampling.max_new_tokens=32",
-           "train.tasks_per_step=3", *QUIET]
+ARITHMETIC = [
+    "model=tiny-random",
+    "generator.dtype=float32",
+    "model.autocast_bf16=false",
+    "sampling.group_size=4",
+    "sampling.max_new_tokens=12",
+    "train.tasks_per_step=5",
+    *QUIET,
+]
+R3L_TWX = [
+    "model=tiny-random",
+    "generator=scripted",
+    "generator.dtype=float32",
+    "algorithm=r3l",
+    "env=textworld_express",
+    "env.args.games=[coin]",
+    "env.args.max_steps=4",
+    "sampling.group_size=4",
+    "sampling.max_new_tokens=32",
+    "train.tasks_per_step=3",
+    *QUIET,
+]
 
 
 def test_contiguous_shards():
-    assert contiguous_shards(5, 2) == [range(0, 3), range(3, 5)]
-    assert contiguous_shards(6, 3) == [range(0, 2), range(2, 4), range(4, 6)]
-    assert contiguous_shards(2, 4) == [range(0, 1), range(1, 2)]
+    assert contiguous_shards(5, 2) == [range(3), range(3, 5)]
+    assert contiguous_shards(6, 3) == [range(2), range(2, 4), range(4, 6)]
+    assert contiguous_shards(2, 4) == [range(1), range(1, 2)]
     assert contiguous_shards(0, 2) == []
     with pytest.raises(ValueError):
         contiguous_shards(3, 0)
 
 
 def test_merged_metrics_sum_counts_and_weight_means_by_tasks():
-    merged = merge_shard_metrics([({"success": 0.5, "generated_tokens": 100.0, "retry_count": 2.0}, 3),
-                                  ({"success": 0.0, "generated_tokens": 40.0, "pivot_mean": 2.0}, 1)])
-    assert merged == {"success": pytest.approx(0.375), "generated_tokens": 140.0, "retry_count": 2.0,
-                      "pivot_mean": 2.0}
+    merged = merge_shard_metrics(
+        [
+            ({"success": 0.5, "generated_tokens": 100.0, "retry_count": 2.0}, 3),
+            ({"success": 0.0, "generated_tokens": 40.0, "pivot_mean": 2.0}, 1),
+        ]
+    )
+    assert merged == {"success": pytest.approx(0.375), "generated_tokens": 140.0, "retry_count": 2.0, "pivot_mean": 2.0}
     assert merge_shard_metrics([({"pivot_count/2": 1.0}, 2), ({"pivot_count/2": 3.0}, 1)]) == {"pivot_count/2": 4.0}
 
 
@@ -42,16 +63,31 @@ def trainer_with_workers(tmp_path, overrides, workers=2, failure="fail"):
     pytest.importorskip("ray")
     from r3l.trainer import Trainer
 
-    config = load_config(None, [*overrides, f"run.dir={tmp_path}", f"distributed.rollout_workers={workers}",
-                                f"distributed.on_worker_failure={failure}", "distributed.worker_timeout_s=300"])
+    config = load_config(
+        None,
+        [
+            *overrides,
+            f"run.dir={tmp_path}",
+            f"distributed.rollout_workers={workers}",
+            f"distributed.on_worker_failure={failure}",
+            "distributed.worker_timeout_s=300",
+        ],
+    )
     return Trainer(config)
 
 
 def same_experiences(ours, theirs):
     assert len(ours) == len(theirs) > 0
     for mine, other in zip(ours, theirs):
-        assert (mine.group, mine.kind, mine.tokens, mine.loss_mask, mine.reward, mine.pivot, mine.objective) == \
-            (other.group, other.kind, other.tokens, other.loss_mask, other.reward, other.pivot, other.objective)
+        assert (mine.group, mine.kind, mine.tokens, mine.loss_mask, mine.reward, mine.pivot, mine.objective) == (
+            other.group,
+            other.kind,
+            other.tokens,
+            other.loss_mask,
+            other.reward,
+            other.pivot,
+            other.objective,
+        )
         assert mine.logprobs == pytest.approx(other.logprobs, abs=1e-4)  # fp32: rounding of other batch shapes
 
 
@@ -97,8 +133,15 @@ def test_a_dead_worker_stops_the_run_in_one_line_or_is_replaced(tmp_path):
 
 def test_train_with_two_rollout_workers_from_the_command_line(tmp_path):
     pytest.importorskip("ray")
-    result = run_cli("train", *ARITHMETIC, "train.steps=2", "distributed.rollout_workers=2", f"run.dir={tmp_path}",
-                     "run.name=workers", cwd=tmp_path)
+    result = run_cli(
+        "train",
+        *ARITHMETIC,
+        "train.steps=2",
+        "distributed.rollout_workers=2",
+        f"run.dir={tmp_path}",
+        "run.name=workers",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     metrics = [json.loads(line) for line in (Path(tmp_path) / "workers" / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "rollout_workers" in m]
@@ -194,8 +237,9 @@ def test_workers_are_placed_across_the_nodes_of_a_two_node_cluster(tmp_path):
 def test_weights_streamed_by_broadcast_reach_the_workers(tmp_path):
     """distributed.weight_sync=broadcast (buckets over a gloo group of trainer and workers): after an update
     the workers explore exactly what the trainer's own generator does; a dead receiver fails the next sync."""
-    trainer = trainer_with_workers(tmp_path, [*ARITHMETIC, "distributed.weight_sync=broadcast",
-                                              "distributed.worker_timeout_s=30"])
+    trainer = trainer_with_workers(
+        tmp_path, [*ARITHMETIC, "distributed.weight_sync=broadcast", "distributed.worker_timeout_s=30"]
+    )
     try:
         assert trainer.rollout_pool.stream is not None  # opened by the first sync, at start
         trainer.train_step()
@@ -211,8 +255,13 @@ def test_weight_stream_buckets():
     from r3l.distributed.weight_stream import Entry, plan_buckets
 
     f32, i64 = torch.float32, torch.int64
-    entries = [Entry("a", (4,), f32), Entry("b", (2,), f32), Entry("c", (3,), i64), Entry("d", (10,), f32),
-               Entry("e", (1,), f32)]
+    entries = [
+        Entry("a", (4,), f32),
+        Entry("b", (2,), f32),
+        Entry("c", (3,), i64),
+        Entry("d", (10,), f32),
+        Entry("e", (1,), f32),
+    ]
     # 16 + 8 bytes fit a 32-byte bucket; the int64 tensor starts its own; 40 bytes alone exceed it
     assert plan_buckets(entries, bucket_bytes=32) == [[0, 1], [2], [3], [4]]
     assert plan_buckets(entries, bucket_bytes=1 << 20) == [[0, 1], [2], [3, 4]]
@@ -220,8 +269,16 @@ def test_weight_stream_buckets():
 
 def test_workers_the_cluster_cannot_hold_are_refused_in_one_line(tmp_path):
     pytest.importorskip("ray")
-    result = run_cli("train", *ARITHMETIC, "distributed.rollout_workers=2", "distributed.worker_gpus=1",
-                     f"run.dir={tmp_path}", "run.name=nogpu", cwd=tmp_path, timeout=300)
+    result = run_cli(
+        "train",
+        *ARITHMETIC,
+        "distributed.rollout_workers=2",
+        "distributed.worker_gpus=1",
+        f"run.dir={tmp_path}",
+        "run.name=nogpu",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 2 and "need 2 GPU (the cluster has 0)" in result.stderr
     assert "Traceback" not in result.stderr and not (Path(tmp_path) / "nogpu").exists()
 
@@ -229,8 +286,9 @@ def test_workers_the_cluster_cannot_hold_are_refused_in_one_line(tmp_path):
 def test_with_staleness_a_dead_worker_is_replaced_at_the_sync_and_its_batch_rerun(tmp_path):
     import ray
 
-    trainer = trainer_with_workers(tmp_path, [*ARITHMETIC, "train.steps=3", "distributed.max_staleness=1"],
-                                   failure="retry")
+    trainer = trainer_with_workers(
+        tmp_path, [*ARITHMETIC, "train.steps=3", "distributed.max_staleness=1"], failure="retry"
+    )
     try:
         trainer.train_step()
         ray.kill(trainer.rollout_pool.workers[1], no_restart=True)

@@ -1,5 +1,6 @@
 """The generator's inverse-CDF sampler and its seeds: the right distribution, never a zero entry, and what a
 prompt samples independent of the rest of its batch."""
+
 import torch
 
 from r3l.rollout.generator import SamplingParams
@@ -32,10 +33,12 @@ def test_row_seeds_depend_on_the_prompt_and_its_earlier_rows_only():
     assert len(set(together)) == 3  # the second copy of `a` gets its own seed
     assert row_seeds(9, [b, a, a]) == [together[1], together[0], together[2]]
     # "a twice, one sample each" draws what "a once, two samples" does
-    assert row_seeds(9, [a], n=2) == [together[0], together[2]] and row_seeds(9, [a, b], n=2)[:2] == \
-        [together[0], together[2]]
+    assert row_seeds(9, [a], n=2) == [together[0], together[2]] and row_seeds(9, [a, b], n=2)[:2] == [
+        together[0],
+        together[2],
+    ]
     assert row_seeds(10, [a]) != [together[0]] and row_seeds(None, [a, b], n=2) == [None] * 4
-    assert all(0 <= s < 2 ** 63 for s in together)
+    assert all(0 <= s < 2**63 for s in together)
 
 
 def test_row_draws_are_per_row_streams():

@@ -1,5 +1,6 @@
 """ScienceWorld env against the real simulator: held-out task types, admissible and inadmissible actions,
 replay, a gold playthrough, failure and the step limit. One Java VM for the whole module."""
+
 import shutil
 
 import pytest
@@ -8,11 +9,11 @@ pytest.importorskip("scienceworld")
 if shutil.which("java") is None:
     pytest.skip("ScienceWorld needs Java on PATH", allow_module_level=True)
 
-from scienceworld.constants import ID2TASK  # noqa: E402
+from scienceworld.constants import ID2TASK
 
-from r3l.envs import make  # noqa: E402
-from r3l.envs.scienceworld import PAPER_TRAIN_TYPES  # noqa: E402
-from r3l.errors import UserError  # noqa: E402
+from r3l.envs import make
+from r3l.envs.scienceworld import PAPER_TRAIN_TYPES
+from r3l.errors import UserError
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """Training with a group's shared prompt computed once gives the same log-probs and gradients as the plain path."""
+
 import torch
 
 from r3l.config import AlgorithmConfig, TrainConfig
@@ -15,8 +16,15 @@ from r3l.learner.learner import Learner
 
 def record(tokens, prompt_length, group, reward):
     n = len(tokens)
-    return Experience(group=group, kind="base", tokens=tokens, loss_mask=[0] * prompt_length + [1] * (n - prompt_length),
-                      logprobs=[0.0] * n, reward=reward, advantage=reward - 0.5)
+    return Experience(
+        group=group,
+        kind="base",
+        tokens=tokens,
+        loss_mask=[0] * prompt_length + [1] * (n - prompt_length),
+        logprobs=[0.0] * n,
+        reward=reward,
+        advantage=reward - 0.5,
+    )
 
 
 def batch_of_groups():
@@ -87,8 +95,9 @@ def test_no_attention_row_is_fully_masked(tiny, monkeypatch):
 
 def loss_and_grads(model, tokenizer, share):
     model.zero_grad()
-    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0,
-                      autocast_bf16=False)
+    learner = Learner(
+        model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0, autocast_bf16=False
+    )
     experiences = batch_of_groups()
     batch = collate_shared_prefix(experiences, 0) if share else collate(experiences, 0)
     logprobs, _ = learner._logprobs(model, batch)
@@ -114,8 +123,14 @@ def updated_weights(model, tokenizer, skip, advantages):
     import copy
 
     policy = copy.deepcopy(model)
-    learner = Learner(policy, tokenizer, AlgorithmConfig(), TrainConfig(skip_zero_advantage=skip, lr=1e-2),
-                      temperature=1.0, autocast_bf16=False)
+    learner = Learner(
+        policy,
+        tokenizer,
+        AlgorithmConfig(),
+        TrainConfig(skip_zero_advantage=skip, lr=1e-2),
+        temperature=1.0,
+        autocast_bf16=False,
+    )
     for step in range(2):  # the second step also checks that optimizer momentum is applied alike
         experiences = batch_of_groups()
         for experience, advantage in zip(experiences, advantages[step]):

@@ -1,4 +1,5 @@
 """The HF generator's static-cache decode paths (generator.decode=static|compiled) against the dynamic loop."""
+
 import pytest
 import torch
 
@@ -39,13 +40,16 @@ def test_greedy_static_decoding_equals_the_dynamic_loop(tiny, mode):
     static = HFGenerator(model, tokenizer, dtype=torch.float32, decode=mode)
     expected = dynamic.generate(batch, params, n=2)
     got = static.generate(batch, params, n=2)
-    assert [[(c.tokens, c.finish_reason) for c in row] for row in got] == \
-        [[(c.tokens, c.finish_reason) for c in row] for row in expected]
+    assert [[(c.tokens, c.finish_reason) for c in row] for row in got] == [
+        [(c.tokens, c.finish_reason) for c in row] for row in expected
+    ]
     assert any(c.finish_reason == "stop" for row in got for c in row)
     for mine, theirs in zip([c for row in got for c in row], [c for row in expected for c in row]):
         assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
-    assert static.stats["decode_steps"] > 0 and static.stats["decode_rows"] == \
-        sum(len(c.tokens) for row in got for c in row) - 6  # the first token of each row comes from the prefill
+    assert (
+        static.stats["decode_steps"] > 0
+        and static.stats["decode_rows"] == sum(len(c.tokens) for row in got for c in row) - 6
+    )  # the first token of each row comes from the prefill
 
 
 def test_static_sampling_is_seeded_and_the_learner_recomputes_its_logprobs(tiny):
@@ -84,9 +88,11 @@ def test_a_setting_of_another_generator_is_refused(tiny):
     from r3l.build import make_generator
 
     model, tokenizer = tiny
-    for overrides, name in ((["generator=vllm", "generator.decode=static"], "decode"),
-                            (["generator.engine_args={enforce_eager: true}"], "engine_args"),
-                            (["generator.sleep=true"], "sleep")):
+    for overrides, name in (
+        (["generator=vllm", "generator.decode=static"], "decode"),
+        (["generator.engine_args={enforce_eager: true}"], "engine_args"),
+        (["generator.sleep=true"], "sleep"),
+    ):
         config = load_config(None, overrides)
         with pytest.raises(UserError, match=f"has no setting generator.{name}"):
             make_generator(config, model, tokenizer)
@@ -97,12 +103,24 @@ def test_vllm_pure_helpers():
 
     # prompts of 3, 5 and 2 tokens, completions of 3, 0 and 1: the prefill makes each first token; then row 1
     # decodes two tokens attending to 4 and 5 positions
-    assert engine_decode_counters([3, 5, 2], [3, 0, 1]) == {"decode_steps": 2, "decode_rows": 2,
-                                                            "decode_kv_positions": 9, "prefill_positions": 10}
-    assert engine_decode_counters([], []) == {"decode_steps": 0, "decode_rows": 0, "decode_kv_positions": 0,
-                                              "prefill_positions": 0}
-    assert [sleep_wanted(s, a) for s, a in (("auto", True), ("auto", False), (False, True), (True, True))] == \
-        [True, False, False, True]
+    assert engine_decode_counters([3, 5, 2], [3, 0, 1]) == {
+        "decode_steps": 2,
+        "decode_rows": 2,
+        "decode_kv_positions": 9,
+        "prefill_positions": 10,
+    }
+    assert engine_decode_counters([], []) == {
+        "decode_steps": 0,
+        "decode_rows": 0,
+        "decode_kv_positions": 0,
+        "prefill_positions": 0,
+    }
+    assert [sleep_wanted(s, a) for s, a in (("auto", True), ("auto", False), (False, True), (True, True))] == [
+        True,
+        False,
+        False,
+        True,
+    ]
     with pytest.raises(UserError, match="generator.sleep=true"):
         sleep_wanted(True, False)
 

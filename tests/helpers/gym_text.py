@@ -3,6 +3,7 @@ observations and actions, terminated, the game's reward) runs on a real game: no
 registers Gymnasium games whose observations and actions are text. Importing this module registers
 `R3lTest/Mastermind-v0` (seeded) and `R3lTest/MastermindUnseeded-v0` (a reset that takes no seed, which the gym
 env must refuse to replay); `env=gym:tests.helpers.gym_text:R3lTest/Mastermind-v0` makes Gymnasium import it."""
+
 from __future__ import annotations
 
 import string
@@ -43,7 +44,9 @@ class UnseededTextMastermind(TextMastermind):
         return self._messages(), {}
 
 
-for _id, _entry in (("R3lTest/Mastermind-v0", TextMastermind),
-                    ("R3lTest/MastermindUnseeded-v0", UnseededTextMastermind)):
+for _id, _entry in (
+    ("R3lTest/Mastermind-v0", TextMastermind),
+    ("R3lTest/MastermindUnseeded-v0", UnseededTextMastermind),
+):
     if _id not in gymnasium.registry:
         gymnasium.register(_id, entry_point=_entry, disable_env_checker=True)

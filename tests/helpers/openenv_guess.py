@@ -1,6 +1,7 @@
 """An OpenEnv environment written as OpenEnv's own template writes one (server-side `Environment`, pydantic Action and
 Observation models): guess a number from 1 to 20, told "higher" or "lower" after each wrong guess. The target comes
 from the reset's seed, so episodes replay; a guess must be digits (the Action model refuses anything else)."""
+
 from __future__ import annotations
 
 import random
@@ -30,8 +31,9 @@ class GuessEnvironment(Environment):
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs) -> GuessObservation:
         self._target = random.Random(seed).randint(1, self.high)
         self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
-        return GuessObservation(message=f"I am thinking of a number from 1 to {self.high}. Guess it.", done=False,
-                                reward=0.0)
+        return GuessObservation(
+            message=f"I am thinking of a number from 1 to {self.high}. Guess it.", done=False, reward=0.0
+        )
 
     def step(self, action: GuessAction, timeout_s: float | None = None, **kwargs) -> GuessObservation:
         self._state.step_count += 1

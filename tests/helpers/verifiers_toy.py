@@ -32,12 +32,16 @@ class SumTaskset(vf.Taskset[SumTask, SumConfig]):
     def load(self):
         for i in range(self.config.offset, self.config.offset + self.config.num_tasks):
             question = f"What is {i} + 1?"
-            prompt = question if not self.config.few_shot else [
-                vf.SystemMessage(content="Be brief."),
-                vf.UserMessage(content="What is 1 + 1?"),
-                vf.AssistantMessage(content="2"),
-                vf.UserMessage(content=question),
-            ]
+            prompt = (
+                question
+                if not self.config.few_shot
+                else [
+                    vf.SystemMessage(content="Be brief."),
+                    vf.UserMessage(content="What is 1 + 1?"),
+                    vf.AssistantMessage(content="2"),
+                    vf.UserMessage(content=question),
+                ]
+            )
             system = f"Task {i}: answer with the number only." if self.config.vary_system else SYSTEM
             yield SumTask(SumData(prompt=prompt, system_prompt=system, answer=str(i + 1), a=i), self.config.task)
 
