@@ -52,6 +52,25 @@ OPTIMIZER_FILE = "optimizer.pt"  # the largest part (two moments per weight); on
 SHARDED_DIR = "sharded"  # or, from learner ranks with sharded checkpoints, each rank's part of model and optimizer
 
 
+def publish(root: Path, partial: Path, final: Path) -> None:
+    """Rename the written checkpoint into place and point `latest` at it, each step atomic; a checkpoint of the
+    same step is only dropped once the new one is in."""
+    replaced = root / f".{final.name}.replaced"
+    shutil.rmtree(replaced, ignore_errors=True)
+    if final.exists():
+        final.rename(replaced)
+    partial.rename(final)
+    failpoint("checkpoint_renamed")
+    link = root / "latest"
+    temporary = root / ".latest.tmp"
+    if temporary.is_symlink() or temporary.exists():
+        temporary.unlink()
+    temporary.symlink_to(final.name)
+    os.replace(temporary, link)
+    shutil.rmtree(replaced, ignore_errors=True)
+    failpoint("checkpoint_linked")
+
+
 def save_checkpoint(
     run_dir: Path,
     step: int,
@@ -92,21 +111,7 @@ def save_checkpoint(
             f"fix the run directory, then r3l train --resume {run_dir}"
         ) from None
     failpoint("checkpoint_written")
-    # a checkpoint of the same step is only dropped once the new one is in
-    replaced = root / f".step_{step:06d}.replaced"
-    shutil.rmtree(replaced, ignore_errors=True)
-    if final.exists():
-        final.rename(replaced)
-    partial.rename(final)
-    failpoint("checkpoint_renamed")
-    link = root / "latest"
-    temporary = root / ".latest.tmp"
-    if temporary.is_symlink() or temporary.exists():
-        temporary.unlink()
-    temporary.symlink_to(final.name)
-    os.replace(temporary, link)
-    shutil.rmtree(replaced, ignore_errors=True)
-    failpoint("checkpoint_linked")
+    publish(root, partial, final)
     steps = sorted(root.glob("step_*"))
     for old in steps[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

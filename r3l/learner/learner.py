@@ -6,6 +6,8 @@ import contextlib
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -24,6 +26,7 @@ from r3l.learner.batching import (
     shared_prefix_length,
 )
 from r3l.learner.checkpoint import OPTIMIZER_FILE
+from r3l.learner.ranks import OneProcess, Ranks, backward_adding_nothing
 from r3l.learner.schedule import make_scheduler
 from r3l.models.cache import cache_of, with_cache
 from r3l.rollout.constraints import constrain_logits
@@ -48,12 +51,6 @@ def apply_lora(model, lora: LoraConfig):
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, settings)
-
-
-def backward_adding_nothing(loss: torch.Tensor) -> None:
-    """A backward pass whose gradients are all zero (finite even when `loss` is not): on sharded ranks every
-    rank must run each backward, since FSDP reduces gradients in it."""
-    (torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0) * 0.0).backward()
 
 
 class MaskedLogits(torch.nn.Module):
@@ -123,9 +120,9 @@ class Learner:
         ref_model=None,
         total_steps: int | None = None,
         gradient_checkpointing: bool = False,
-        ranks=None,
+        ranks: Ranks | None = None,
     ):
-        self.ranks = ranks  # a RankGroup when the model is sharded across processes (distributed/fsdp.py)
+        self.ranks: Ranks = ranks or OneProcess()  # distributed/fsdp.py's RankGroup when sharded across processes
         self.gradient_checkpointing = gradient_checkpointing  # the KV-cache prefix path cannot run under it
         self.model = model
         self.pad_id = tokenizer.pad_token_id
@@ -141,12 +138,11 @@ class Learner:
         self.forward_modules = {id(model): MaskedLogits(model)}
         if self.ref_model is not None:
             self.forward_modules[id(self.ref_model)] = MaskedLogits(self.ref_model)
-        if ranks is not None:  # before the optimizer: sharding replaces the parameters
-            ranks.shard(
-                model,
-                self.forward_modules[id(model)],
-                per_layer=per_layer_units(train.share_prefix, gradient_checkpointing),
-            )
+        self.ranks.shard(
+            model,
+            self.forward_modules[id(model)],
+            per_layer=per_layer_units(train.share_prefix, gradient_checkpointing),
+        )
         trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay, fused=self.fused_optimizer
@@ -245,7 +241,19 @@ class Learner:
             batch = collate(experiences, self.pad_id)
         return {name: tensor.to(self.device) for name, tensor in batch.items()}
 
-    def _loss_parts(self, trained: Sequence[Experience]) -> list[tuple[str, list[Experience], object, dict]]:
+    def _denominator(self, experiences: Sequence[Experience]) -> float:
+        if self.algorithm.aggregation == "token-mean":
+            return float(sum(e.num_trained_tokens for e in experiences))
+        return float(len(experiences))
+
+    def _micro_batches(self, experiences: Sequence[Experience]) -> list[list[int]]:
+        if self._share_prefix(experiences):
+            return prefix_micro_batches(experiences, self.train.micro_batch_size, self.train.micro_batch_overhead)
+        return micro_batches(
+            [len(e.tokens) for e in experiences], self.train.micro_batch_size, self.train.micro_batch_overhead
+        )
+
+    def _loss_parts(self, trained: Sequence[Experience]) -> list[tuple[str, list[Experience], Any, dict]]:
         """(name, experiences, loss function, loss args), each part normalised on its own. SFT-objective
         samples join the policy part (algorithm.sft_loss=policy_loss: a positive sample whose advantage is
         its weight) or form their own part trained by the weighted NLL (sft_loss=nll); shaped-objective samples
@@ -262,18 +270,6 @@ class Learner:
         parts.append(("shaped", shaped, POLICY_LOSSES.get("policy_shaping"), {"gamma": self.algorithm.shaping_gamma}))
         return [part for part in parts if part[1]]
 
-    def _denominator(self, experiences: Sequence[Experience]) -> float:
-        if self.algorithm.aggregation == "token-mean":
-            return float(sum(e.num_trained_tokens for e in experiences))
-        return float(len(experiences))
-
-    def _micro_batches(self, experiences: Sequence[Experience]) -> list[list[int]]:
-        if self._share_prefix(experiences):
-            return prefix_micro_batches(experiences, self.train.micro_batch_size, self.train.micro_batch_overhead)
-        return micro_batches(
-            [len(e.tokens) for e in experiences], self.train.micro_batch_size, self.train.micro_batch_overhead
-        )
-
     def update(self, experiences: Sequence[Experience], behaviour_logprobs: bool = False) -> dict[str, float]:
         """One optimizer step per pass over `experiences` (advantages must already be set). With
         `behaviour_logprobs` (experiences explored by older weights) a ratio-based loss takes the generator's
@@ -283,93 +279,96 @@ class Learner:
         trained = [e for e in experiences if e.num_trained_tokens > 0]
         if not trained:
             return {"trained_tokens": 0.0}
-        all_tokens = sum(e.num_trained_tokens for e in trained)
-        kl_denominator = self._denominator(trained)  # one KL mean over every trained token, whatever the part
-        skipped = 0
-        plan = []  # (part name, experiences, micro-batches, loss function, loss args, denominator)
-        for name, members, loss_fn, loss_args in self._loss_parts(trained):
-            denominator = self._denominator(members)
-            if name == "policy" and self._zero_advantage_is_free():
-                kept = [e for e in members if e.advantage != 0.0]
-                skipped, members = len(members) - len(kept), kept
-            batches = self._micro_batches(members)
-            if not batches:
-                continue
-            mine = self.ranks.share(batches) if self.ranks is not None else batches
-            plan.append((name, members, mine, loss_fn, loss_args, denominator, batches[0]))
-        behaviour_is_old = behaviour_logprobs and self.algorithm.rollout_correction == "none"
-        stored_old = (
-            {name: self._old_logprobs(members, batches, stand_in) for name, members, batches, *_, stand_in in plan}
-            if self.algorithm.updates_per_batch > 1 and not behaviour_is_old
-            else None
-        )
+        plan = self._plan(trained, behaviour_logprobs)
         sums: dict[str, float] = defaultdict(float)
         self.model.train()
-        finite = True
-        for update in range(self.algorithm.updates_per_batch):
-            self.optimizer.zero_grad(set_to_none=True)
-            for name, members, batches, loss_fn, loss_args, denominator, stand_in in plan:
-                for index, mb in enumerate(batches):
-                    batch = self._collate([members[i] for i in mb or stand_in])
-                    old = (
-                        stored_old[name][index] if stored_old else (batch["gen_logprobs"] if behaviour_is_old else None)
-                    )
-                    finite &= self._accumulate(
-                        batch,
-                        old,
-                        denominator,
-                        kl_denominator,
-                        sums,
-                        update == 0,
-                        loss_fn,
-                        loss_args,
-                        prefix="" if name == "policy" else f"{name}_",
-                        counted=mb is not None,
-                    )
-            if self.ranks is not None:  # every rank steps, or none does
-                finite = self.ranks.all_true(finite)
-            for parameter in self.model.parameters():  # skipped experiences still count as zero gradients
-                if parameter.requires_grad and parameter.grad is None:
-                    parameter.grad = torch.zeros_like(parameter)
-            norm = torch.nn.utils.clip_grad_norm_(
-                [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip
-            )
-            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # sharded: a DTensor
-            sums["grad_norm"] += grad_norm
-            finite &= math.isfinite(grad_norm)
-            if not finite:  # never applied: the gradients are dropped, nothing steps
-                self.optimizer.zero_grad(set_to_none=True)
-                break
-            self.optimizer.step()
+        finite, passes = self._passes(plan, sums)
         self.nonfinite_streak = 0 if finite else self.nonfinite_streak + 1
         self.nonfinite_updates += not finite
         if finite:
             self.scheduler.step()
+        return self._metrics(plan, sums, finite, passes)
+
+    def _plan(self, trained: list[Experience], behaviour_logprobs: bool) -> UpdatePlan:
+        """The loss parts, this rank's micro-batches of each, and the old log-probabilities each part uses."""
+        plan = UpdatePlan(trained, kl_denominator=self._denominator(trained))  # one KL mean over every token
+        for name, members, loss_fn, loss_args in self._loss_parts(trained):
+            denominator = self._denominator(members)
+            if name == "policy" and self._zero_advantage_is_free():
+                kept = [e for e in members if e.advantage != 0.0]
+                plan.skipped, members = len(members) - len(kept), kept
+            batches = self._micro_batches(members)
+            if batches:
+                shared = self.ranks.share(batches)
+                plan.parts.append(LossPart(name, members, shared, loss_fn, loss_args, denominator, batches[0]))
+        plan.behaviour_is_old = behaviour_logprobs and self.algorithm.rollout_correction == "none"
+        if self.algorithm.updates_per_batch > 1 and not plan.behaviour_is_old:
+            for part in plan.parts:
+                part.stored_old = self._old_logprobs(part.members, part.batches, part.stand_in)
+        return plan
+
+    def _passes(self, plan: UpdatePlan, sums: dict[str, float]) -> tuple[bool, int]:
+        """`updates_per_batch` optimizer steps over the plan; the first non-finite one drops its gradients and
+        ends the update (on every rank alike). Returns whether every pass was finite and how many ran."""
+        finite, passes = True, 0
+        for index in range(self.algorithm.updates_per_batch):
+            passes = index + 1
+            self.optimizer.zero_grad(set_to_none=True)
+            for part in plan.parts:
+                finite &= self._accumulate_part(part, plan, sums, first_pass=index == 0)
+            finite = self.ranks.all_true(finite)  # every rank steps, or none does
+            finite &= self._clip_gradients(sums)
+            if not finite:  # never applied: the gradients are dropped, nothing steps
+                self.optimizer.zero_grad(set_to_none=True)
+                break
+            self.optimizer.step()
+        return finite, passes
+
+    def _accumulate_part(self, part: LossPart, plan: UpdatePlan, sums: dict[str, float], first_pass: bool) -> bool:
+        finite = True
+        for index, mb in enumerate(part.batches):
+            batch = self._collate([part.members[i] for i in mb or part.stand_in])
+            if part.stored_old is not None:
+                old = part.stored_old[index]
+            else:
+                old = batch["gen_logprobs"] if plan.behaviour_is_old else None
+            finite &= self._accumulate(batch, old, part, plan.kl_denominator, sums, first_pass, counted=mb is not None)
+        return finite
+
+    def _clip_gradients(self, sums: dict[str, float]) -> bool:
+        """Clip the gradient norm (a skipped experience still counts as zero gradients); whether it is finite."""
+        for parameter in self.model.parameters():
+            if parameter.requires_grad and parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
+        norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip
+        )
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # sharded: a DTensor
+        sums["grad_norm"] += grad_norm
+        return math.isfinite(grad_norm)
+
+    def _metrics(self, plan: UpdatePlan, sums: dict[str, float], finite: bool, passes: int) -> dict[str, float]:
+        """The update's metrics, summed over ranks (the grad norm is already global)."""
+        gap_max = self.ranks.max(sums.pop("max:generator_logprob_gap", 0.0))
+        grad_norm = sums.pop("grad_norm", 0.0)
+        sums = defaultdict(float, self.ranks.sum(sums))
         metrics = {"nonfinite_update": float(not finite), "nonfinite_updates": float(self.nonfinite_updates)}
-        gap_max = sums.pop("max:generator_logprob_gap", 0.0)
-        if self.ranks is not None:  # each rank summed its own micro-batches; the grad norm is already global
-            sums = defaultdict(
-                float,
-                {**self.ranks.sum({k: v for k, v in sums.items() if k != "grad_norm"}), "grad_norm": sums["grad_norm"]},
-            )
-            gap_max = self.ranks.max(gap_max)
         metrics.update(mismatch_metrics(sums))
         metrics["generator_logprob_gap_max"] = gap_max
-        for prefix in {"" if name == "policy" else f"{name}_" for name, *_ in plan}:
+        for prefix in {part.prefix for part in plan.parts}:
             tokens = sums.pop(f"{prefix}tokens", 0.0)
             for key in [k for k in sums if k.startswith(f"{prefix}token:")]:
                 metrics[prefix + key.split(":", 1)[1]] = sums.pop(key) / max(tokens, 1.0)
         for key in [k for k in sums if k.startswith("work:")]:
             metrics["forward_" + key.split(":", 1)[1]] = sums.pop(key)
-        passes = self.algorithm.updates_per_batch if finite else update + 1
         metrics["loss"] = sums["loss"] / passes
-        metrics["grad_norm"] = sums["grad_norm"] / passes
+        metrics["grad_norm"] = grad_norm / passes
         if "kl" in sums:
             metrics["kl"] = sums["kl"]
         metrics["lr"] = self.scheduler.get_last_lr()[0]
-        metrics["trained_tokens"] = float(all_tokens)
-        metrics["skipped_zero_advantage"] = float(skipped)
-        sft_samples = sum(e.objective == "sft" for e in trained)
+        metrics["trained_tokens"] = float(sum(e.num_trained_tokens for e in plan.trained))
+        metrics["skipped_zero_advantage"] = float(plan.skipped)
+        sft_samples = sum(e.objective == "sft" for e in plan.trained)
         if sft_samples:
             metrics["sft_samples"] = float(sft_samples)
         return metrics
@@ -378,77 +377,115 @@ class Learner:
         self,
         batch,
         old_logprobs,
-        denominator: float,
+        part: LossPart,
         kl_denominator: float,
         sums: dict[str, float],
         first_pass: bool,
-        loss_fn,
-        loss_args: dict,
-        prefix: str = "",
         counted: bool = True,
     ) -> bool:
         """Add one micro-batch's gradient; `sums` collects the loss, KL and token-weighted metrics
         (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False (and no backward
         pass) when the loss is not finite. On sharded ranks a backward always runs (it is a collective): with
         weight zero for a non-finite loss and for a stand-in micro-batch (`counted=False`), which adds nothing."""
-        mask = batch["loss_mask"]
         logprobs, logits = self._logprobs(self.model, batch)
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
-        advantages = batch["advantages"]
-        if self.algorithm.rollout_correction != "none" and prefix == "":
-            weights = self.correction(old.detach() - batch["gen_logprobs"], self.algorithm.rollout_correction_threshold)
-            weights = torch.where(batch["behaviour_in_context"] > 0, weights, torch.ones_like(weights))
-            advantages = advantages * weights
-            if first_pass and counted:
-                sums["mismatch:weight"] += float((weights * mask).sum())
-                sums["mismatch:dropped"] += float(((weights == 0) & (mask > 0)).sum())
-                sums["mismatch:weight_tokens"] += float(mask.sum())
-        loss, loss_metrics = loss_fn(
+        advantages = self._corrected_advantages(batch, old, part, sums, record=first_pass and counted)
+        loss, loss_metrics = part.loss_fn(
             logprobs,
             old,
             advantages,
-            mask,
+            batch["loss_mask"],
             aggregation=self.algorithm.aggregation,
-            denominator=denominator,
-            **loss_args,
+            denominator=part.denominator,
+            **part.loss_args,
         )
         if not counted:  # the policy's forward and backward are the collectives; the unsharded reference is not
             backward_adding_nothing(loss)
             return True
-        if self.ref_model is not None:
-            with torch.no_grad():
-                ref_logprobs = self._logprobs(self.ref_model, batch)[0]
-            kl = aggregate(
-                kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator),
-                mask,
-                self.algorithm.aggregation,
-                kl_denominator,
-            )
-            loss = loss + self.algorithm.kl_coef * kl
-            sums["kl"] += kl.item() / self.algorithm.updates_per_batch
+        loss = loss + self._kl_term(batch, logprobs, kl_denominator, sums)
         sums["loss"] += loss.item()
         finite = math.isfinite(sums["loss"])
         if finite:
-            (loss * self.ranks.backward_scale if self.ranks is not None else loss).backward()
-        elif self.ranks is not None:
-            backward_adding_nothing(loss)
+            (loss * self.ranks.backward_scale).backward()
+        else:
+            self.ranks.skip_backward(loss)
         for key, work in forward_work(batch).items():
             sums[f"work:{key}"] += work
-        if not first_pass:
-            return finite
+        if first_pass:
+            self._token_sums(batch, logprobs, logits, loss_metrics, part.prefix, sums)
+        return finite
+
+    def _corrected_advantages(self, batch, old, part: LossPart, sums: dict[str, float], record: bool):
+        """The advantages, weighted by the rollout correction on policy tokens explored in context."""
+        advantages = batch["advantages"]
+        if self.algorithm.rollout_correction == "none" or part.prefix != "":
+            return advantages
+        weights = self.correction(old.detach() - batch["gen_logprobs"], self.algorithm.rollout_correction_threshold)
+        weights = torch.where(batch["behaviour_in_context"] > 0, weights, torch.ones_like(weights))
+        if record:
+            mask = batch["loss_mask"]
+            sums["mismatch:weight"] += float((weights * mask).sum())
+            sums["mismatch:dropped"] += float(((weights == 0) & (mask > 0)).sum())
+            sums["mismatch:weight_tokens"] += float(mask.sum())
+        return advantages * weights
+
+    def _kl_term(self, batch, logprobs, kl_denominator: float, sums: dict[str, float]):
+        """kl_coef times the KL to the reference over the micro-batch's trained tokens (0 without a reference)."""
+        if self.ref_model is None:
+            return 0.0
+        with torch.no_grad():
+            ref_logprobs = self._logprobs(self.ref_model, batch)[0]
+        kl = aggregate(
+            kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator),
+            batch["loss_mask"],
+            self.algorithm.aggregation,
+            kl_denominator,
+        )
+        sums["kl"] += kl.item() / self.algorithm.updates_per_batch
+        return self.algorithm.kl_coef * kl
+
+    def _token_sums(self, batch, logprobs, logits, loss_metrics, prefix: str, sums: dict[str, float]) -> None:
+        """Token-weighted sums of entropy, generator/learner mismatch and the loss's metrics (first pass only)."""
+        mask = batch["loss_mask"]
         count = float(mask.sum())
         sums[f"{prefix}tokens"] += count
         with torch.no_grad():
             entropy = entropy_from_logits(logits.detach()[None], temperature=self.temperature)[0]
             sums[f"{prefix}token:entropy"] += float((entropy * mask[mask > 0]).sum())
             in_context = mask * batch["behaviour_in_context"]
-            for key, value in mismatch_sums(
-                logprobs, batch["gen_logprobs"], in_context, self.algorithm.rollout_correction_threshold
-            ).items():
+            threshold = self.algorithm.rollout_correction_threshold
+            for key, value in mismatch_sums(logprobs, batch["gen_logprobs"], in_context, threshold).items():
                 if key == "gap_max":
                     sums["max:generator_logprob_gap"] = max(sums["max:generator_logprob_gap"], value)
                 else:
                     sums[f"mismatch:{key}"] += value
             for key, value in loss_metrics.items():
                 sums[f"{prefix}token:{key}"] += value * count
-        return finite
+
+
+@dataclass
+class LossPart:
+    """One part of an update: its experiences, this rank's micro-batches of them (None: another rank's turn, a
+    stand-in runs), its loss and the normaliser it is averaged by."""
+
+    name: str
+    members: list[Experience]
+    batches: list[list[int] | None]
+    loss_fn: Any
+    loss_args: dict
+    denominator: float
+    stand_in: list[int]  # the first micro-batch: what a rank runs in a turn that is not its own
+    stored_old: list[torch.Tensor | None] | None = None  # the old policy's log-probs, when several passes need them
+
+    @property
+    def prefix(self) -> str:
+        return "" if self.name == "policy" else f"{self.name}_"
+
+
+@dataclass
+class UpdatePlan:
+    trained: list[Experience]
+    kl_denominator: float
+    parts: list[LossPart] = field(default_factory=list)
+    skipped: int = 0  # zero-advantage experiences left out of the forward and backward passes
+    behaviour_is_old: bool = False  # the generator's log-probs are the old policy (stale batches, no correction)
