@@ -20,6 +20,7 @@ from r3l.envs.reward_functions import RewardFunctions, with_reward_functions
 from r3l.errors import UserError
 from r3l.evaluate import held_out_evaluation
 from r3l.explore import ExploreContext, Strategy, make_strategy
+from r3l.logging.progress import console
 from r3l.models.precision import native_bf16
 from r3l.registry import import_submodules
 from r3l.rollout.chat import PromptFormat
@@ -228,6 +229,20 @@ class Parts:
 def rollout_context(config: Config, make_env: Callable[[], Env], generator: Generator, tokenizer) -> RolloutContext:
     """What playing episodes needs; exploration extends it (ExploreContext), held-out evaluation uses it as is."""
     return RolloutContext(make_env, generator, tokenizer, PromptFormat.from_config(config.env), agent_limits(config))
+
+
+def held_out_tasks(config: Config, env: Env) -> list[Task]:
+    """The first `eval.size` tasks of the environment's test split; a size above the split is said in one line
+    (the whole split is then used), never cut silently."""
+    tasks = list(env.tasks("test"))
+    if config.eval.size > len(tasks):
+        console.print(
+            f"[yellow]warning: eval.size={config.eval.size} asks for more held-out tasks than environment "
+            f"'{config.env.name}' has in its test split ({len(tasks)}); evaluating on all {len(tasks)} (set "
+            f"eval.size={len(tasks)}, or a larger test split where the environment takes one)[/]",
+            soft_wrap=True,
+        )
+    return tasks[: config.eval.size]
 
 
 def evaluate_held_out(config: Config, tasks: Sequence[Task], context: RolloutContext):

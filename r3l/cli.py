@@ -120,13 +120,13 @@ def evaluate_command(
     """Held-out success rate of a model on a task's test split, with a 95% confidence interval."""
     extra = [f"model.name={model}"] if model else []
     config = load(args, extra + ([f"eval.attempts={attempts}"] if attempts else []))  # refused before the imports
-    from r3l.build import env_factory, evaluate_held_out, load_model, make_generator, rollout_context
+    from r3l.build import env_factory, evaluate_held_out, held_out_tasks, load_model, make_generator, rollout_context
     from r3l.trainer import new_run_dir
 
     make_env = env_factory(config)
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
-    tasks = list(make_env().tasks("test"))[: config.eval.size]
+    tasks = held_out_tasks(config, make_env())
     record, summary, _ = evaluate_held_out(config, tasks, rollout_context(config, make_env, generator, tokenizer))
     made = out is None or not out.exists()
     out_dir = out or new_run_dir(

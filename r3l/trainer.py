@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
-from r3l.build import build_parts, evaluate_held_out, make_learner, trainable_policy
+from r3l.build import build_parts, evaluate_held_out, held_out_tasks, make_learner, trainable_policy
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
 from r3l.errors import Interrupted, RunStopped, UserError
@@ -113,7 +113,7 @@ class Trainer:
         self.parts = build_parts(config)
         env = self.parts.make_env()
         self.train_tasks = env.tasks("train")
-        self.test_tasks = list(env.tasks("test"))[: config.eval.size]
+        self.test_tasks = held_out_tasks(config, env)
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         if resume and checkpoint is None:
             raise UserError(f"{self.run_dir} has no checkpoint to resume from; start a new run instead")
