@@ -37,8 +37,10 @@ class DatasetEnv(SingleTurnEnv):
     description = "Your own data: prompts and answers from a .jsonl/.json/.parquet file or a Hugging Face dataset."
     argument_help = {
         "path": "a .jsonl/.json/.parquet file, a dataset folder, or a Hugging Face dataset name",
-        "prompt_column": "the column holding each prompt (a string)",
-        "answer_column": "the column holding each reference answer (needed unless reward_fn is set)",
+        "prompt_column": "the column holding each prompt: a string, or a chat message list whose last user message "
+        "is the prompt (DAPO-Math-17k's layout)",
+        "answer_column": "the column holding each reference answer (needed unless reward_fn is set); a dotted "
+        "path reads a nested field, e.g. reward_model.ground_truth",
         "verifier": "how an answer is graded: " + ", ".join(VERIFIERS.names()) + " (default math)",
         "answer_format": "where the verifier reads the answer: tags, boxed, either (tags, else \\boxed{}) or any "
         "(either, else the last number; null: the verifier's own, any for math and numeric, tags for exact)",
@@ -136,8 +138,8 @@ def load_tasks(
     def to_task(row: Row, split: str, position: int) -> Task:
         return Task(
             id=f"dataset-{split}-{position}",
-            prompt=row.columns[prompt_column],
-            answer=row.columns.get(answer_column),
+            prompt=prompt_text(column_value(row.columns, prompt_column), row.where, prompt_column),
+            answer=None if (answer := column_value(row.columns, answer_column)) is MISSING else answer,
             data={"source": row.where, "columns": {k: v for k, v in row.columns.items() if k != prompt_column}},
         )
 
@@ -230,23 +232,48 @@ def read_hf_dataset(name: str) -> dict[str, list[Row]]:
     }
 
 
+MISSING = object()
+
+
+def column_value(columns: dict[str, Any], column: str) -> Any:
+    """A column's value, or a nested field's by a dotted path (`reward_model.ground_truth`); a column whose own name
+    holds the dots wins. MISSING where there is none."""
+    if column in columns:
+        return columns[column]
+    value: Any = columns
+    for key in column.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return MISSING
+        value = value[key]
+    return value
+
+
+def prompt_text(value: Any, where: str, column: str) -> str:
+    """The prompt: a string as it is, or the last user message of a chat message list ({role, content} each)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        users = [m.get("content") for m in value if isinstance(m, dict) and m.get("role") == "user"]
+        if users and isinstance(users[-1], str):
+            return users[-1]
+        raise UserError(f"{where}: column '{column}' is a message list without a user message with text content")
+    raise UserError(f"{where}: column '{column}' must be a string or a message list, got {type(value).__name__}")
+
+
 def check_rows(rows: list[Row], needed: list[str], prompt_column: str) -> None:
     if not rows:
         raise UserError("the dataset has no rows; check env.args.path")
     for row in rows:
         for column in needed:
             setting = "env.args.prompt_column" if column == prompt_column else "env.args.answer_column"
-            others_have_it = any(column in other.columns for other in rows)
-            if column not in row.columns:
+            others_have_it = any(column_value(other.columns, column) is not MISSING for other in rows)
+            value = column_value(row.columns, column)
+            if value is MISSING:
                 fix = "add it to this row (other rows have it)" if others_have_it else f"set {setting}"
                 raise UserError(f"{row.where}: no column '{column}'; {fix}")
-            if row.columns[column] is None:
+            if value is None:
                 raise UserError(f"{row.where}: column '{column}' is empty; fill it or remove the row")
-        if not isinstance(row.columns[prompt_column], str):
-            raise UserError(
-                f"{row.where}: column '{prompt_column}' must be a string, "
-                f"got {type(row.columns[prompt_column]).__name__}"
-            )
+        prompt_text(column_value(row.columns, prompt_column), row.where, prompt_column)
 
 
 def split_rows(splits: dict[str, list[Row]], test_fraction: float, seed: int) -> tuple[list[Row], list[Row]]:
