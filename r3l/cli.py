@@ -238,6 +238,23 @@ def envs(name: str | None = typer.Argument(None, help="Show this environment's s
 
 
 @app.command()
+def plan(
+    args: list[str] | None = typer.Argument(None, help=ARGS_HELP),
+    gpu_memory: float = typer.Option(80.0, "--gpu-memory", help="GiB of each GPU (80: an A100/H100 80GB)."),
+):
+    """The memory each device needs for this config (from the model's shape alone, no weights loaded) against
+    --gpu-memory, and what a step generates; exit 2 with one line where it does not fit."""
+    from r3l.config import load_config
+    from r3l.plan import plan_table
+
+    path, overrides = split_args(args)
+    table, fits, change = plan_table(load_config(path, overrides), gpu_memory)
+    typer.echo(table)
+    if not fits:
+        raise UserError(f"this layout does not fit in {gpu_memory:g} GiB per GPU: {change}")
+
+
+@app.command()
 def generators(name: str | None = typer.Argument(None, help="Show this generator's settings (generator.NAME).")):
     """List the generators, or one generator's settings with their defaults and help."""
     from r3l.build import GENERATOR_PACKAGES
