@@ -3,6 +3,7 @@
 from r3l.algorithms.advantages import ADVANTAGES, assign_advantages, group_mean
 from r3l.algorithms.aggregation import AGGREGATIONS, aggregate
 from r3l.algorithms.entropy import entropy_from_logits, token_logprobs
+from r3l.algorithms.gspo import gspo
 from r3l.algorithms.kl import KL_ESTIMATORS, kl_penalty
 from r3l.algorithms.losses import POLICY_LOSSES
 
@@ -14,6 +15,7 @@ __all__ = [
     "aggregate",
     "assign_advantages",
     "entropy_from_logits",
+    "gspo",
     "group_mean",
     "kl_penalty",
     "token_logprobs",
