@@ -1,6 +1,7 @@
 """GSPO's sequence-level loss on hand-computed numbers, and its preset."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,3 +77,33 @@ def test_preset():
         "grpo",
     )
     assert algorithm.loss_args == {"clip_low": 3e-4, "clip_high": 4e-4}
+
+
+def test_two_training_steps(tmp_path):
+    import json
+
+    from tests.conftest import run_cli
+
+    result = run_cli(
+        "train",
+        "model=tiny-random",
+        "algorithm=gspo",
+        "env=countdown",
+        "sampling.group_size=4",
+        "sampling.max_new_tokens=8",
+        "train.tasks_per_step=2",
+        "train.steps=2",
+        "eval.size=0",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+        "generator.dtype=float32",
+        "algorithm.updates_per_batch=2",
+        f"reward.functions=[{Path(__file__).parent / 'helpers' / 'rewards.py'}:vowel_share_reward]",
+        f"run.dir={tmp_path}",
+        "run.name=g",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    metrics = [json.loads(line) for line in (tmp_path / "g" / "metrics.jsonl").read_text().splitlines()]
+    trained = [m for m in metrics if "loss" in m]
+    assert len(trained) == 2 and all(math.isfinite(m["loss"]) and "sequence_ratio_mean" in m for m in trained)

@@ -6,6 +6,7 @@ from r3l.algorithms.entropy import entropy_from_logits, token_logprobs
 from r3l.algorithms.gspo import gspo
 from r3l.algorithms.kl import KL_ESTIMATORS, kl_penalty
 from r3l.algorithms.losses import POLICY_LOSSES
+from r3l.algorithms.policy_shaping import critique_grpo
 
 __all__ = [
     "ADVANTAGES",
@@ -13,6 +14,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "aggregate",
+    "critique_grpo",
     "assign_advantages",
     "entropy_from_logits",
     "gspo",

@@ -389,6 +389,10 @@ class Learner:
                 sums["mismatch:weight"] += float((weights * mask).sum())
                 sums["mismatch:dropped"] += float(((weights == 0) & (mask > 0)).sum())
                 sums["mismatch:weight_tokens"] += float(mask.sum())
+        # a loss that treats tokens sampled in another context apart (policy shaping) is told which they are
+        extra = (
+            {"off_policy": 1.0 - batch["behaviour_in_context"]} if getattr(loss_fn, "takes_off_policy", False) else {}
+        )
         loss, loss_metrics = loss_fn(
             logprobs,
             old,
@@ -396,6 +400,7 @@ class Learner:
             mask,
             aggregation=self.algorithm.aggregation,
             denominator=denominator,
+            **extra,
             **loss_args,
         )
         if not counted:  # the policy's forward and backward are the collectives; the unsharded reference is not
