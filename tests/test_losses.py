@@ -190,4 +190,4 @@ def test_sft():
 
 
 def test_losses_registered():
-    assert set(POLICY_LOSSES.names()) == {"ppo_clip", "opmd", "sft"}
+    assert set(POLICY_LOSSES.names()) == {"ppo_clip", "opmd", "sft", "gspo", "critique_grpo"}

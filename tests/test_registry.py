@@ -42,5 +42,5 @@ def test_the_packages_find_their_own_modules():
                                                   "gsm", "gym", "math", "openenv", "scienceworld", "textarena",
                                                   "textworld_express", "verifiers", "webshop"}
     import_submodules("r3l.explore", *GENERATOR_PACKAGES)
-    assert set(STRATEGIES.names()) == {"plain", "r3", "r3l"}
+    assert set(STRATEGIES.names()) == {"critique", "plain", "r3", "r3l"}
     assert set(GENERATORS.names()) == {"hf", "scripted", "vllm"}
