@@ -121,12 +121,13 @@ def evaluate_command(
     extra = [f"model.name={model}"] if model else []
     config = load(args, extra + ([f"eval.attempts={attempts}"] if attempts else []))  # refused before the imports
     from r3l.build import env_factory, evaluate_held_out, load_model, make_generator, rollout_context
+    from r3l.evaluate import held_out_tasks
     from r3l.trainer import new_run_dir
 
     make_env = env_factory(config)
+    tasks = held_out_tasks(make_env(), config.eval.size, config.eval_size_asked)  # refused before the model loads
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
-    tasks = list(make_env().tasks("test"))[: config.eval.size]
     record, summary, _ = evaluate_held_out(config, tasks, rollout_context(config, make_env, generator, tokenizer))
     made = out is None or not out.exists()
     out_dir = out or new_run_dir(

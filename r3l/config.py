@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from r3l.errors import UserError
 
@@ -420,6 +420,13 @@ class Config(Section):
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()
     distributed: DistributedConfig = DistributedConfig()
+    # whether eval.size was asked for (a user's file or an override) rather than left at a shipped preset's value:
+    # a size asked for that the test split cannot give is refused; the shipped default is an upper bound
+    _eval_size_asked: bool = PrivateAttr(True)
+
+    @property
+    def eval_size_asked(self) -> bool:
+        return self._eval_size_asked
 
 
 _ARGS_OF = {"strategy_args": "strategy", "advantage_args": "advantage", "loss_args": "policy_loss"}
@@ -570,9 +577,21 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         for override in overrides:
             apply_override(tree, *parse_override(override))
     try:
-        return Config.model_validate(tree)
+        config = Config.model_validate(tree)
     except ValidationError as error:
         raise UserError(format_validation_error(error)) from None
+    asked: dict[str, Any] = {}
+    for override in overrides:
+        apply_override(asked, *parse_override(override))
+    shipped = file.resolve().parent == PRESET_DIR.resolve()
+    config._eval_size_asked = sets_eval_size(written, shipped) or sets_eval_size(asked)
+    return config
+
+
+def sets_eval_size(tree: dict[str, Any], shipped: bool = False) -> bool:
+    """Whether a config tree (not a shipped preset's) sets eval.size."""
+    section = tree.get("eval")
+    return not shipped and isinstance(section, dict) and "size" in section
 
 
 def dump_config(config: Config) -> str:

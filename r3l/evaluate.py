@@ -12,11 +12,24 @@ from typing import Any
 from r3l.agent.context import RolloutContext
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart
 from r3l.envs import Env, Task, require_single_turn
+from r3l.errors import UserError
 from r3l.faults import failpoint
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.reflection.retry import first_attempts, reflect_and_retry, retry_after_verdict
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Generator, SamplingParams
+
+
+def held_out_tasks(env: Env, size: int, asked: bool = True) -> list[Task]:
+    """The first `size` tasks of the environment's test split. A size asked for (`asked`) that the split cannot
+    give is refused in one line rather than cut; the shipped default size is an upper bound, cut to the split."""
+    tasks = list(env.tasks("test")) if size else []
+    if asked and size > len(tasks):
+        raise UserError(
+            f"eval.size={size} asks for more held-out tasks than the test split of '{env.name}' holds "
+            f"({len(tasks)}); set eval.size to at most {len(tasks)}, or give the environment a larger test split"
+        )
+    return tasks[:size]
 
 
 def wilson_interval(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:

@@ -16,7 +16,7 @@ from r3l.build import build_parts, evaluate_held_out, make_learner, trainable_po
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
 from r3l.errors import Interrupted, RunStopped, UserError
-from r3l.evaluate import r3_table
+from r3l.evaluate import held_out_tasks, r3_table
 from r3l.experience import write_jsonl
 from r3l.faults import failpoint
 from r3l.learner.checkpoint import (
@@ -113,7 +113,7 @@ class Trainer:
         self.parts = build_parts(config)
         env = self.parts.make_env()
         self.train_tasks = env.tasks("train")
-        self.test_tasks = list(env.tasks("test"))[: config.eval.size]
+        self.test_tasks = held_out_tasks(env, config.eval.size, config.eval_size_asked)
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         if resume and checkpoint is None:
             raise UserError(f"{self.run_dir} has no checkpoint to resume from; start a new run instead")
@@ -143,7 +143,13 @@ class Trainer:
             with merged_state_dict(self.model) as weights:
                 self.rollout_pool.sync_weights(weights)
         # only once everything fits: a resume that fails (another model, a damaged file) keeps the run's config
-        written = config.model_copy(update={"run": config.run.model_copy(update={"dir": display_path(config.run.dir)})})
+        written = config.model_copy(
+            update={
+                "run": config.run.model_copy(update={"dir": display_path(config.run.dir)}),
+                # the size evaluated, so that a resume asks for no more than the split holds
+                "eval": config.eval.model_copy(update={"size": min(config.eval.size, len(self.test_tasks))}),
+            }
+        )
         (self.run_dir / "config.yaml").write_text(dump_config(written))
         record_session(
             self.run_dir,

@@ -68,10 +68,11 @@ def relative_out(out: Path) -> Path:
 def overlap_note(config) -> str:
     """The held-out/training overlap line of the comparison's environment (as the runs draw their tasks)."""
     from r3l.build import env_factory
+    from r3l.evaluate import held_out_tasks
 
     env = env_factory(config)()
     try:
-        held_out = list(env.tasks("test"))[: config.eval.size]
+        held_out = held_out_tasks(env, config.eval.size, config.eval_size_asked)
         exact, near, total = overlap_counts(held_out, env.tasks("train"), env.near_duplicate_key)
         return overlap_line(exact, near, total)
     finally:
