@@ -1,5 +1,9 @@
 """The user's own prompts and answers (.jsonl, .json, .parquet, or a Hugging Face dataset), graded by a
-named verifier or by a reward function with TRL's signature `fn(prompts, completions, **columns)`."""
+named verifier or by a reward function with TRL's signature `fn(prompts, completions, **columns)`.
+
+A prompt is a string or a chat message list ({role, content}, as DAPO-Math-17k and verl's data keep it) ending
+with the user's message; a system message before it becomes the environment's system prompt (one for the whole
+dataset). Columns may be named by a dotted path into nested objects: `answer_column: reward_model.ground_truth`."""
 
 from __future__ import annotations
 
@@ -37,8 +41,10 @@ class DatasetEnv(SingleTurnEnv):
     description = "Your own data: prompts and answers from a .jsonl/.json/.parquet file or a Hugging Face dataset."
     argument_help = {
         "path": "a .jsonl/.json/.parquet file, a dataset folder, or a Hugging Face dataset name",
-        "prompt_column": "the column holding each prompt (a string)",
-        "answer_column": "the column holding each reference answer (needed unless reward_fn is set)",
+        "prompt_column": "the column holding each prompt: a string, or a message list ({role, content}) ending "
+        "with the user's message (a system message before it becomes the system prompt)",
+        "answer_column": "the column holding each reference answer (needed unless reward_fn is set); a dotted "
+        "path reads a nested column (reward_model.ground_truth)",
         "verifier": "how an answer is graded: " + ", ".join(VERIFIERS.names()) + " (default math)",
         "answer_format": "where the verifier reads the answer: tags, boxed, either (tags, else \\boxed{}) or any "
         "(either, else the last number; null: the verifier's own, any for math and numeric, tags for exact)",
@@ -90,6 +96,7 @@ class DatasetEnv(SingleTurnEnv):
             test_fraction=test_fraction,
             seed=seed,
         )
+        self.system_prompt = shared_system_prompt(self._tasks)
 
     def tasks(self, split: str) -> Sequence[Task]:
         if split not in self._tasks:
@@ -134,17 +141,66 @@ def load_tasks(
     train_rows, test_rows = split_rows(splits, test_fraction, seed)
 
     def to_task(row: Row, split: str, position: int) -> Task:
+        prompt, system = prompt_text(column_value(row.columns, prompt_column)[1], row.where, prompt_column)
+        data = {"source": row.where, "columns": {k: v for k, v in row.columns.items() if k != prompt_column}}
         return Task(
             id=f"dataset-{split}-{position}",
-            prompt=row.columns[prompt_column],
-            answer=row.columns.get(answer_column),
-            data={"source": row.where, "columns": {k: v for k, v in row.columns.items() if k != prompt_column}},
+            prompt=prompt,
+            answer=column_value(row.columns, answer_column)[1],
+            data={**data, "system": system} if system is not None else data,
         )
 
     return {
         "train": tuple(to_task(row, "train", i) for i, row in enumerate(train_rows)),
         "test": tuple(to_task(row, "test", i) for i, row in enumerate(test_rows)),
     }
+
+
+def column_value(columns: dict[str, Any], path: str) -> tuple[bool, Any]:
+    """(found, value) of a column, or of a nested one named by a dotted path (`reward_model.ground_truth`); a
+    column whose own name holds the dots is found first."""
+    if path in columns:
+        return True, columns[path]
+    value: Any = columns
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def prompt_text(value: Any, where: str, column: str) -> tuple[str, str | None]:
+    """(the user's message, the system message or None) of a prompt: a string, or a chat message list ending with
+    the user's message, with at most a system message before it; anything else is refused in one line."""
+    if isinstance(value, str):
+        return value, None
+    shape = f"{where}: column '{column}' must be a string or a list of {{role, content}} messages"
+    if not isinstance(value, (list, tuple)) or not value:
+        raise UserError(f"{shape}, got {type(value).__name__ if value is not None else 'nothing'}")
+    if not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    ):
+        raise UserError(f"{shape}; a message here lacks a string role or content")
+    *before, last = value
+    if last["role"] != "user":
+        raise UserError(f"{where}: the prompt's last message is from '{last['role']}'; it must be the user's")
+    if [m["role"] for m in before] not in ([], ["system"]):
+        raise UserError(
+            f"{where}: the prompt holds earlier turns ({', '.join(m['role'] for m in before)}); a single-turn task "
+            "takes at most a system message before the user's; keep only those"
+        )
+    return last["content"], before[0]["content"] if before else None
+
+
+def shared_system_prompt(splits: dict[str, tuple[Task, ...]]) -> str | None:
+    """The system message the prompts carry (None where none does); prompts that carry different ones are refused."""
+    systems = {task.data.get("system") for tasks in splits.values() for task in tasks}
+    if len(systems) > 1:
+        raise UserError(
+            "the prompts carry different system messages (or some none); r3l takes one system prompt per "
+            "environment: make them the same, or drop them and set env.system_prompt"
+        )
+    return next(iter(systems), None)
 
 
 def file_stamp(path: str) -> tuple[int, int] | None:
@@ -197,7 +253,13 @@ def read_json(file: Path, label: str) -> list[Row]:
 
 
 def read_parquet(file: Path, label: str) -> list[Row]:
-    import pyarrow.parquet
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise UserError(
+            f"{label}: reading .parquet needs pyarrow, which is not installed; pip install pyarrow, or convert the "
+            "file to .jsonl"
+        ) from None
 
     try:
         records = pyarrow.parquet.read_table(file).to_pylist()
@@ -236,17 +298,14 @@ def check_rows(rows: list[Row], needed: list[str], prompt_column: str) -> None:
     for row in rows:
         for column in needed:
             setting = "env.args.prompt_column" if column == prompt_column else "env.args.answer_column"
-            others_have_it = any(column in other.columns for other in rows)
-            if column not in row.columns:
+            found, value = column_value(row.columns, column)
+            if not found:
+                others_have_it = any(column_value(other.columns, column)[0] for other in rows)
                 fix = "add it to this row (other rows have it)" if others_have_it else f"set {setting}"
                 raise UserError(f"{row.where}: no column '{column}'; {fix}")
-            if row.columns[column] is None:
+            if value is None:
                 raise UserError(f"{row.where}: column '{column}' is empty; fill it or remove the row")
-        if not isinstance(row.columns[prompt_column], str):
-            raise UserError(
-                f"{row.where}: column '{prompt_column}' must be a string, "
-                f"got {type(row.columns[prompt_column]).__name__}"
-            )
+        prompt_text(column_value(row.columns, prompt_column)[1], row.where, prompt_column)
 
 
 def split_rows(splits: dict[str, list[Row]], test_fraction: float, seed: int) -> tuple[list[Row], list[Row]]:
