@@ -335,6 +335,26 @@ def config(args: list[str] | None = typer.Argument(None, help=ARGS_HELP)):
     typer.echo(dump_config(resolved.model_copy(update={"env": env})), nl=False)
 
 
+@app.command()
+def plan(
+    args: list[str] | None = typer.Argument(None, help=ARGS_HELP),
+    gpu_memory: float = typer.Option(80.0, "--gpu-memory", help="GiB of memory of each GPU."),
+    context: int | None = typer.Option(
+        None, "--context", help="Tokens a trained sequence may hold (default: agent.max_context_tokens)."
+    ),
+):
+    """The memory each device needs for CONFIG (weights, gradients, optimizer, activations, KL reference, vLLM's
+    share and KV cache) against the GPU's, from the model's shape alone; a layout that cannot fit exits 2."""
+    from r3l.config import load_config
+    from r3l.plan.report import plan_command
+
+    path, overrides = split_args(args)
+    text, refused = plan_command(load_config(path, overrides), gpu_memory, context)
+    typer.echo(text)
+    if refused is not None:
+        raise UserError(refused)
+
+
 def main() -> None:
     from r3l.memory import limit_onednn_cache
     from r3l.threads import apply_openmp_wait_defaults
