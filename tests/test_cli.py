@@ -25,6 +25,8 @@ print(json.dumps(sorted(name for name in heavy if name in sys.modules)), file=sy
     (["envs"], 0),
     (["envs", "textworld_express"], 0),
     (["config", "model=tiny-random"], 0),
+    (["plan", "model=tiny-random"], 0),
+    (["plan", "model=Qwen/Qwen2.5-7B-Instruct"], 2),
     (["train", "model=/nonexistent"], 2),
     (["train", "model=./no/such/dir", "env=countdown"], 2),
     (["eval", "--model", "random:no-such-shape"], 2),
