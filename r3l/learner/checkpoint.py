@@ -47,6 +47,8 @@ def is_lora(model) -> bool:
     return hasattr(model, "peft_config")
 
 
+MapLocation = str | torch.device | Callable[..., Any]  # torch.load's map_location
+
 STATE_FILE = "state.pt"  # written last: a checkpoint folder with it is complete
 OPTIMIZER_FILE = "optimizer.pt"  # the largest part (two moments per weight); only the newest checkpoint keeps it
 SHARDED_DIR = "sharded"  # or, from learner ranks with sharded checkpoints, each rank's part of model and optimizer
@@ -121,20 +123,22 @@ def drop_optimizer_state(checkpoint: Path) -> None:
     shutil.rmtree(checkpoint / SHARDED_DIR, ignore_errors=True)
 
 
-def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+def load_trainer_state(checkpoint: Path, map_location: MapLocation = "cpu") -> dict[str, Any]:
     """The trainer state of a checkpoint written by `save_checkpoint`: the optimizer state, or the folder of
-    the ranks' sharded state under "sharded"."""
+    the ranks' sharded state under "sharded". Tensors land on `map_location` (CPU by default, whatever device
+    wrote them: a GPU run's checkpoint resumes on a CPU machine, and on a GPU the Adam state does not all land on
+    cuda:0 first; `optimizer.load_state_dict` moves each moment to its parameter's device)."""
     optimizer, sharded = checkpoint / OPTIMIZER_FILE, checkpoint / SHARDED_DIR
     if not optimizer.exists() and not sharded.is_dir():
         raise UserError(
             f"{checkpoint} has no {OPTIMIZER_FILE}: only the newest checkpoint of an unfinished run keeps it "
             "(a finished run drops it unless train.keep_optimizer=true); resume from the run's latest checkpoint"
         )
-    state = read_checkpoint_file(checkpoint / STATE_FILE)
+    state = read_checkpoint_file(checkpoint / STATE_FILE, map_location)
     if not isinstance(state, dict) or "step" not in state or "rng" not in state:
         raise UserError(f"{checkpoint / STATE_FILE} is not a trainer state written by r3l; " + DAMAGED_FIX)
     if optimizer.exists():
-        return {**state, "optimizer": read_checkpoint_file(optimizer)}
+        return {**state, "optimizer": read_checkpoint_file(optimizer, map_location)}
     return {**state, "sharded": sharded}
 
 
@@ -146,9 +150,10 @@ def unreadable(path: Path, error: Exception) -> UserError:
     return UserError(f"{path} cannot be read ({type(error).__name__}: {str(error)[:120]}); {DAMAGED_FIX}")
 
 
-def read_checkpoint_file(path: Path) -> Any:
-    """torch.load of a checkpoint file; a damaged or truncated file is one clear UserError naming it."""
+def read_checkpoint_file(path: Path, map_location: MapLocation = "cpu") -> Any:
+    """torch.load of a checkpoint file onto `map_location`; a damaged or truncated file is one clear UserError
+    naming it."""
     try:
-        return torch.load(path, weights_only=False)
+        return torch.load(path, map_location=map_location, weights_only=False)
     except Exception as error:  # noqa: BLE001 - a damaged file raises whatever the unpickler trips on
         raise unreadable(path, error) from None
