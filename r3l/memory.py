@@ -44,7 +44,39 @@ def limit_onednn_cache() -> None:
 
 
 def memory_metrics() -> dict[str, float]:
-    return {"rss_mib": resident_mib(), "peak_rss_mib": peak_resident_mib()}
+    """Resident memory, and where this process has used CUDA, the caching allocator's reserved memory now and
+    at its peak (MiB, the current device)."""
+    return {"rss_mib": resident_mib(), "peak_rss_mib": peak_resident_mib(), **cuda_memory_metrics()}
+
+
+def _cuda_in_use() -> bool:
+    """CUDA is there and this process has already used it (asking never initialises it)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def cuda_memory_metrics() -> dict[str, float]:
+    if not _cuda_in_use():
+        return {}
+    import torch
+
+    return {
+        "cuda_reserved_mib": torch.cuda.memory_reserved() / 2**20,
+        "cuda_max_reserved_mib": torch.cuda.max_memory_reserved() / 2**20,
+    }
+
+
+def release_cuda_cache() -> bool:
+    """Hand the CUDA caching allocator's free blocks back to the driver (False where CUDA is not in use). Before
+    a colocated vLLM engine wakes: its wake maps fresh physical memory, which the learner's freed but still
+    reserved blocks would otherwise hold."""
+    if not _cuda_in_use():
+        return False
+    import torch
+
+    torch.cuda.empty_cache()
+    return True
 
 
 @lru_cache(maxsize=1)

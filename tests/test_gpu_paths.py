@@ -88,3 +88,65 @@ def test_cuda_checkpoint_resumes_on_the_cpu_and_back(tiny, tmp_path):
         fresh = torch.optim.AdamW(torch.nn.Linear(3, 2).to(device).parameters(), lr=1e-3)
         fresh.load_state_dict(state["optimizer"])
         assert fresh.state_dict()["state"][0]["exp_avg"].device.type == device
+
+
+class RecordingEngine:
+    """vllm.LLM's calls a weight sync makes, recorded in order with the cache releases between them."""
+
+    def __init__(self, calls: list[str]):
+        self.calls = calls
+
+    def wake_up(self, tags=None):
+        self.calls.append(f"wake_up {tags}")
+
+    def collective_rpc(self, name, kwargs=None):
+        self.calls.append(name)
+
+    def reset_prefix_cache(self):
+        self.calls.append("reset_prefix_cache")
+
+
+def asleep_generator(calls: list[str]):
+    from r3l.rollout.vllm import VLLMGenerator
+
+    generator = VLLMGenerator.__new__(VLLMGenerator)  # no engine: the sync's order of calls is what is tested
+    generator.llm, generator.asleep, generator.dtype = RecordingEngine(calls), True, torch.float32
+    generator._stats = {"weight_syncs": 0, "sync_bytes": 0, "sync_seconds": 0.0}
+    return generator
+
+
+def test_the_cuda_cache_is_emptied_before_each_wake(monkeypatch):
+    import r3l.memory
+
+    calls: list[str] = []
+    monkeypatch.setattr(r3l.memory, "_cuda_in_use", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    asleep_generator(calls).sync_weights({"w": torch.ones(2)})
+    assert calls == [
+        "empty_cache",
+        "wake_up ['weights']",
+        "reload_weights",
+        "empty_cache",
+        "wake_up ['kv_cache']",
+        "reset_prefix_cache",
+    ]
+
+
+def test_no_cuda_no_cache_call(monkeypatch):
+    from r3l.memory import cuda_memory_metrics, release_cuda_cache
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: pytest.fail("empty_cache without CUDA"))
+    assert release_cuda_cache() is False and cuda_memory_metrics() == {}
+
+
+@cuda_only
+def test_cuda_cache_released_and_measured():
+    from r3l.memory import cuda_memory_metrics, release_cuda_cache
+
+    block = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    before = cuda_memory_metrics()["cuda_reserved_mib"]
+    del block
+    assert release_cuda_cache()
+    after = cuda_memory_metrics()
+    assert after["cuda_reserved_mib"] <= before - 255 and after["cuda_max_reserved_mib"] >= before

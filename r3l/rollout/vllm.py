@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from r3l.errors import UserError
+from r3l.memory import release_cuda_cache
 from r3l.rollout.constraints import Constrainer, Constraint
 from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
 from r3l.rollout.seeds import row_seeds
@@ -172,12 +173,14 @@ class VLLMGenerator(Generator):
     def sync_weights(self, state_dict) -> None:
         started = time.perf_counter()
         if self.asleep:  # the weights' memory first, so the reload and the KV cache never hold memory together
+            release_cuda_cache()  # the learner's freed blocks, still reserved by torch's allocator
             self.llm.wake_up(tags=["weights"])
         # vLLM's in-place reload takes checkpoint-format (name, tensor) pairs and redoes its own post-processing
         # (fused QKV, CPU weight packing); a plain model.load_weights fails once weights are repacked
         weights = [(name, tensor.detach().to(self.dtype)) for name, tensor in state_dict.items()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         if self.asleep:
+            release_cuda_cache()
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
         self.llm.reset_prefix_cache()  # cached keys and values belong to the old weights
@@ -198,6 +201,7 @@ class VLLMGenerator(Generator):
             raise RuntimeError("this vLLM engine was built without LoRA (lora_rank); sync merged weights instead")
         started = time.perf_counter()
         if self.asleep:
+            release_cuda_cache()
             self.llm.wake_up()
             self.asleep = False
         number = int(self._stats["weight_syncs"]) + 1
