@@ -150,3 +150,30 @@ def test_cuda_cache_released_and_measured():
     assert release_cuda_cache()
     after = cuda_memory_metrics()
     assert after["cuda_reserved_mib"] <= before - 255 and after["cuda_max_reserved_mib"] >= before
+
+
+@pytest.mark.parametrize(
+    ("capability", "native"), [((7, 0), False), ((7, 5), False), ((8, 0), True), ((8, 9), True), ((9, 0), True)]
+)
+def test_bf16_only_from_ampere_on(monkeypatch, capability, native):
+    from r3l.models.precision import native_bf16
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # counts emulation: not asked
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or capability)
+    assert native_bf16(torch.device("cuda:1")) is native
+    assert asked == [torch.device("cuda:1")]  # the model's device, not the current one
+
+
+def test_bf16_on_other_devices_is_not_native():
+    from r3l.models.precision import native_bf16
+
+    assert native_bf16(torch.device("meta")) is False
+
+
+@cuda_only
+def test_cuda_bf16_choice_follows_the_capability():
+    from r3l.models.precision import native_bf16
+
+    major, _ = torch.cuda.get_device_capability(0)
+    assert native_bf16(torch.device("cuda:0")) is (major >= 8)
