@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
-from r3l.build import build_parts, evaluate_held_out, make_learner, trainable_policy
+from r3l.build import build_parts, evaluate_held_out, make_learner, resolve_device, trainable_policy
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
+from r3l.distributed.placement import plan_for
 from r3l.errors import Interrupted, RunStopped, UserError
 from r3l.evaluate import r3_table
 from r3l.experience import write_jsonl
@@ -110,6 +111,8 @@ class Trainer:
         if config.train.mmap_threshold_kib is not None:  # before the model's weights take the heap
             map_large_blocks(config.train.mmap_threshold_kib * 1024)
         seed_everything(config.run.seed)
+        # before any model loads: a layout the machine cannot hold (ranks or workers vs GPUs) is refused now
+        self.placement = plan_for(config, resolve_device(config.model.device))
         self.parts = build_parts(config)
         env = self.parts.make_env()
         self.train_tasks = env.tasks("train")
@@ -124,7 +127,9 @@ class Trainer:
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
 
-            self.learner: Learner | LearnerGroup = LearnerGroup(config, self.model, self.parts.tokenizer, ref_model)
+            self.learner: Learner | LearnerGroup = LearnerGroup(
+                config, self.model, self.parts.tokenizer, ref_model, devices=self.placement.learner
+            )
         else:
             self.learner = make_learner(config, self.model, self.parts.tokenizer, ref_model)
         self.step = 0
@@ -133,7 +138,7 @@ class Trainer:
         if config.distributed.rollout_workers:
             from r3l.distributed.rollout_pool import RolloutPool
 
-            self.rollout_pool = RolloutPool(config)
+            self.rollout_pool = RolloutPool(config, self.placement)
             self.pipeline = ExplorationPipeline(
                 self.rollout_pool, self._draw, config.distributed.max_staleness, config.train.steps
             )

