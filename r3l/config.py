@@ -367,6 +367,13 @@ class DistributedConfig(Section):
     worker_timeout_s: float = Field(
         1800.0, gt=0, description="a worker's start, weight sync or shard must finish within this"
     )
+    rank_idle_timeout_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="learner_ranks > 1: how long ranks above 0 wait for rank 0's next command (rank 0 rolls "
+        "out and evaluates meanwhile; collectives themselves keep worker_timeout_s); a rank whose trainer "
+        "process is gone exits at once",
+    )
     max_staleness: int = Field(
         0,
         ge=0,

@@ -285,3 +285,47 @@ def test_cuda_placement_matches_the_machine():
     assert plan_placement(GPU0, count, 0, 0.0, count, local_ray=True).learner[-1] == f"cuda:{count - 1}"
     with pytest.raises(UserError):
         plan_placement(GPU0, count + 1, 0, 0.0, count, local_ray=True)
+
+
+def idle_rank(rank: int, port: int, idle_timeout_s: float, results) -> None:
+    """A learner rank's command wait while rank 0 is busy for 4 s, with 2 s collectives (`worker_timeout_s`)."""
+    import time
+
+    import torch.distributed as dist
+
+    from r3l.distributed.learner_group import join_group
+
+    commands = join_group(rank, 2, port, "gloo", 2.0, "cpu", idle_timeout_s)
+    box: list = ["rolling out" if rank == 0 else None]
+    try:
+        if rank == 0:
+            time.sleep(4.0)  # rank 0 explores and evaluates: no command for longer than the collective timeout
+        dist.broadcast_object_list(box, src=0, group=commands)
+        results.put((rank, box[0]))
+    except RuntimeError as error:
+        results.put((rank, f"failed: {str(error).splitlines()[0][:80]}"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(("idle_timeout_s", "survives"), [(60.0, True), (0.0, False)])
+def test_ranks_above_0_outwait_a_long_rollout(idle_timeout_s, survives):
+    """The command channel has its own timeout: with it, rank 1 waits through rank 0's 4 s of rollout although
+    collectives time out after 2 s; without (0: the collective timeout), it dies as it did with 1,800 s."""
+    import torch.multiprocessing as mp
+
+    from r3l.distributed.learner_group import free_port
+
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    ranks = [context.Process(target=idle_rank, args=(rank, port, idle_timeout_s, results)) for rank in (0, 1)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=90)
+    answers = dict(results.get(timeout=5) for _ in range(len([p for p in ranks if p.exitcode is not None])))
+    if survives:
+        assert answers[1] == "rolling out"
+    else:
+        assert str(answers.get(1, "failed")).startswith("failed")

@@ -93,16 +93,36 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def join_group(rank: int, world: int, port: int, backend: str, timeout_s: float, device: str = "cpu") -> None:
+def join_group(
+    rank: int, world: int, port: int, backend: str, timeout_s: float, device: str = "cpu", idle_timeout_s: float = 0
+):
     """Join the learner ranks' group; on CUDA, each rank on its planned GPU (`device`, distributed/placement.py),
-    bound to it for NCCL (`device_id`), with gloo beside NCCL for the CPU-side collectives (command broadcasts,
-    metric sums)."""
+    bound to it for NCCL (`device_id`), with gloo beside NCCL for the CPU-side collectives (metric sums).
+    Returns the command channel: a gloo group of the same ranks whose timeout is `idle_timeout_s` (default
+    `timeout_s`), since ranks above 0 wait on it through every rollout and evaluation of rank 0."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     bound: dict[str, Any] = {}
     if backend == "nccl":
         torch.cuda.set_device(torch.device(device))
         backend, bound = "cpu:gloo,cuda:nccl", {"device_id": torch.device(device)}
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s), **bound)
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=idle_timeout_s or timeout_s))
+
+
+def exit_with_parent(interval_s: float = 5.0) -> None:
+    """Exit this process once the process that started it is gone (a trainer killed outright cannot send
+    "stop", and the command channel's long timeout would keep this rank waiting)."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def rank_config(config: Config, device: str) -> Config:
@@ -113,7 +133,14 @@ def rank_config(config: Config, device: str) -> Config:
 
 
 def serve_rank(
-    rank: int, world: int, config_json: dict, port: int, backend: str, timeout_s: float, devices: Sequence[str]
+    rank: int,
+    world: int,
+    config_json: dict,
+    port: int,
+    backend: str,
+    timeout_s: float,
+    devices: Sequence[str],
+    idle_timeout_s: float,
 ) -> None:
     """A learner rank > 0: build the same learner as rank 0, then mirror each command it announces."""
     from r3l.build import load_model, make_learner, quiet_libraries, trainable_policy
@@ -122,7 +149,8 @@ def serve_rank(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle: it finishes the step, then stops us
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     quiet_libraries()
-    join_group(rank, world, port, backend, timeout_s, devices[rank])
+    exit_with_parent()
+    commands = join_group(rank, world, port, backend, timeout_s, devices[rank], idle_timeout_s)
     config = rank_config(Config.model_validate(config_json), devices[rank])
     seed_everything(config.run.seed)
     model, tokenizer = load_model(config)
@@ -140,7 +168,7 @@ def serve_rank(
     try:
         while True:
             box: list = [None]
-            dist.broadcast_object_list(box, src=0)
+            dist.broadcast_object_list(box, src=0, group=commands)
             name, payload = box[0]
             if name == "stop":
                 break
@@ -172,6 +200,7 @@ class LearnerGroup:
             backend,
             settings.worker_timeout_s,
             self.devices,
+            settings.rank_idle_timeout_s,
         )
         self.processes = [
             context.Process(target=serve_rank, args=(rank, *arguments), daemon=True) for rank in range(1, self.world)
@@ -181,7 +210,9 @@ class LearnerGroup:
         self.closed = False
         self.busy = True  # until the group is up: a failure now cannot send "stop" to ranks not listening
         try:
-            join_group(0, self.world, port, backend, settings.worker_timeout_s, self.devices[0])
+            self.commands = join_group(
+                0, self.world, port, backend, settings.worker_timeout_s, self.devices[0], settings.rank_idle_timeout_s
+            )
             self.learner = _make(config, copy.deepcopy(model), tokenizer, ref_model)
         except BaseException:
             self.close()
@@ -196,7 +227,7 @@ class LearnerGroup:
         if self._dead():
             raise RunStopped(f"learner rank(s) {self._dead()} exited; the run cannot go on (see their output above)")
         self.busy = True  # until the command's collectives are done (see `_command`)
-        dist.broadcast_object_list([(name, payload)], src=0)
+        dist.broadcast_object_list([(name, payload)], src=0, group=self.commands)
 
     @contextmanager
     def _command(self):
