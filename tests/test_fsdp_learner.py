@@ -13,7 +13,9 @@ from r3l.experience import Experience
 from tests.helpers.experience_groups import shared_prompt_groups
 
 VARIANTS = {"plain": {}, "shared-prefix": {"share_prefix": True}, "lora": {"lora": True},
-            "kl": {"kl": True}}
+            "kl": {"kl": True},
+            # checkpointing turns shared prefixes off, so FSDP shards layer by layer (issue 35, #9)
+            "checkpointing": {"share_prefix": True, "checkpointing": True}}
 
 
 def test_share_micro_batches_pads_every_rank_to_the_same_count():
@@ -44,6 +46,8 @@ def build(variant: dict):
     if variant.get("lora"):
         torch.manual_seed(1)
         model = apply_lora(model, LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0))
+    if variant.get("checkpointing"):
+        model.gradient_checkpointing_enable()
     algorithm = AlgorithmConfig(kl_coef=0.1 if variant.get("kl") else 0.0)
     train = TrainConfig(micro_batch_size=1, share_prefix=bool(variant.get("share_prefix")), lr=1e-3)
     return model, tokenizer, algorithm, train, reference
@@ -62,7 +66,8 @@ def update_on_rank(rank: int, world: int, port: int, variant: dict, out: str) ->
     try:
         model, tokenizer, algorithm, train, reference = build(variant)
         learner = Learner(model, tokenizer, algorithm, train, temperature=1.0, autocast_bf16=False,
-                          ref_model=reference, ranks=RankGroup())
+                          ref_model=reference, ranks=RankGroup(),
+                          gradient_checkpointing=bool(variant.get("checkpointing")))
         metrics = learner.update(experiences(model.config.vocab_size))
         weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if rank == 0:
@@ -86,7 +91,8 @@ def test_two_ranks_update_equals_one_process(tmp_path, name):
     mp.spawn(update_on_rank, args=(2, free_port(), variant, out), nprocs=2, join=True)
     sharded = torch.load(out)
     model, tokenizer, algorithm, train, reference = build(variant)
-    learner = Learner(model, tokenizer, algorithm, train, temperature=1.0, autocast_bf16=False, ref_model=reference)
+    learner = Learner(model, tokenizer, algorithm, train, temperature=1.0, autocast_bf16=False, ref_model=reference,
+                      gradient_checkpointing=bool(variant.get("checkpointing")))
     metrics = learner.update(experiences(model.config.vocab_size))
     single, before = model.state_dict(), build(variant)[0].state_dict()
     assert sharded["weights"].keys() == single.keys()

@@ -329,3 +329,43 @@ def test_ranks_above_0_outwait_a_long_rollout(idle_timeout_s, survives):
         assert answers[1] == "rolling out"
     else:
         assert str(answers.get(1, "failed")).startswith("failed")
+
+
+@pytest.mark.parametrize(
+    ("share", "checkpointing", "decoder", "shared"),
+    [(True, False, True, True), (True, True, True, False), (False, False, True, False), (True, False, False, False)],
+)
+def test_prefix_sharing_decision(share, checkpointing, decoder, shared):
+    from r3l.learner.learner import can_share_prefix
+
+    assert can_share_prefix(share, checkpointing, decoder) is shared
+
+
+class RecordingRanks:
+    """A RankGroup stand-in that records how the learner asks to shard the policy."""
+
+    def __init__(self):
+        self.per_layer: list[bool] = []
+
+    def shard(self, policy, root, per_layer: bool = True) -> None:
+        self.per_layer.append(per_layer)
+
+
+@pytest.mark.parametrize(("share", "checkpointing", "per_layer"), [(True, False, False), (True, True, True)])
+def test_fsdp_shards_layer_by_layer_under_gradient_checkpointing(tiny, share, checkpointing, per_layer):
+    """Every GPU example enables checkpointing with share_prefix at its default: layers are FSDP groups there."""
+    from r3l.config import AlgorithmConfig, TrainConfig
+    from r3l.learner.learner import Learner
+
+    model, tokenizer = tiny
+    ranks = RecordingRanks()
+    Learner(
+        model,
+        tokenizer,
+        AlgorithmConfig(),
+        TrainConfig(share_prefix=share),
+        temperature=1.0,
+        gradient_checkpointing=checkpointing,
+        ranks=ranks,
+    )
+    assert ranks.per_layer == [per_layer]

@@ -50,6 +50,13 @@ def apply_lora(model, lora: LoraConfig):
     return get_peft_model(model, settings)
 
 
+def can_share_prefix(share_prefix: bool, gradient_checkpointing: bool, has_decoder: bool) -> bool:
+    """Whether shared prefixes can run at all: asked for (train.share_prefix), a model whose decoder and head
+    the learner can split, and no gradient checkpointing (the KV-cache prefix path cannot run under it). Where
+    they cannot, FSDP shards layer by layer (a layer then runs once per forward)."""
+    return share_prefix and not gradient_checkpointing and has_decoder
+
+
 def backward_adding_nothing(loss: torch.Tensor) -> None:
     """A backward pass whose gradients are all zero (finite even when `loss` is not): on sharded ranks every
     rank must run each backward, since FSDP reduces gradients in it."""
@@ -135,7 +142,7 @@ class Learner:
         if self.ref_model is not None:
             self.forward_modules[id(self.ref_model)] = MaskedLogits(self.ref_model)
         if ranks is not None:  # before the optimizer: sharding replaces the parameters
-            ranks.shard(model, self.forward_modules[id(model)], per_layer=not train.share_prefix)
+            ranks.shard(model, self.forward_modules[id(model)], per_layer=not self._prefix_path_on)
         trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay, fused=self.fused_optimizer
@@ -219,13 +226,14 @@ class Learner:
             and getattr(self.loss_fn, "advantage_weighted", False)
         )
 
-    def _share_prefix(self, experiences: Sequence[Experience]) -> bool:
-        return (
-            self.train.share_prefix
-            and not self.gradient_checkpointing
-            and split_head(self.model)[0] is not None
-            and all(shared_prefix_length(e) > 0 for e in experiences)
+    @property
+    def _prefix_path_on(self) -> bool:
+        return can_share_prefix(
+            self.train.share_prefix, self.gradient_checkpointing, split_head(self.model)[0] is not None
         )
+
+    def _share_prefix(self, experiences: Sequence[Experience]) -> bool:
+        return self._prefix_path_on and all(shared_prefix_length(e) > 0 for e in experiences)
 
     def _collate(self, experiences: Sequence[Experience]) -> dict[str, torch.Tensor]:
         if self._share_prefix(experiences):
