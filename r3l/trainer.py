@@ -33,6 +33,7 @@ from r3l.learner.weights import load_weights, merged_state_dict, saved_adapter
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import map_large_blocks, memory_metrics, release_free_memory
 from r3l.provenance import check_resume, code_version, display_path, record_session, record_tasks
+from r3l.rollout.generator import DeferredGenerator, Generator
 from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
 
@@ -113,7 +114,9 @@ class Trainer:
         seed_everything(config.run.seed)
         # before any model loads: a layout the machine cannot hold (ranks or workers vs GPUs) is refused now
         self.placement = plan_for(config, resolve_device(config.model.device))
-        self.parts = build_parts(config)
+        self.parts = build_parts(config, driver=True)
+        if isinstance(self.parts.generator, DeferredGenerator):  # built at its first use, then given the weights
+            self.parts.generator.on_built = self._sync_generator
         env = self.parts.make_env()
         self.train_tasks = env.tasks("train")
         self.test_tasks = list(env.tasks("test"))[: config.eval.size]
@@ -206,19 +209,28 @@ class Trainer:
         return Drawn(tasks, *before)
 
     def _sync_generators(self) -> None:
-        """The policy's current weights to the generator (evaluation, and rollouts in one process) and to the
-        rollout workers."""
+        """The policy's current weights to the generator (evaluation, and rollouts in one process; a deferred
+        one not built yet takes them when built) and to the rollout workers."""
         generator = self.parts.generator
+        if generator.ready:
+            self._sync_generator(generator, merged_too=self.rollout_pool is not None)
+        elif self.rollout_pool is not None:
+            with merged_state_dict(self.model) as weights:
+                self.rollout_pool.sync_weights(weights)
+
+    def _sync_generator(self, generator: Generator, merged_too: bool = False) -> None:
+        """The policy's current weights to `generator`: its adapter alone where it takes adapters, else merged
+        weights; with `merged_too`, the rollout workers get the same merged weights."""
         adapter_only = is_lora(self.model) and generator.takes_adapters  # the engine holds the base weights already
         if adapter_only:
             with saved_adapter(self.model) as folder:
                 generator.sync_adapter(str(folder))
-            if self.rollout_pool is None:
+            if not merged_too:
                 return
         with merged_state_dict(self.model) as weights:
             if not adapter_only:
                 generator.sync_weights(weights)
-            if self.rollout_pool is not None:
+            if merged_too and self.rollout_pool is not None:
                 self.rollout_pool.sync_weights(weights)
 
     def close(self) -> None:

@@ -369,3 +369,74 @@ def test_fsdp_shards_layer_by_layer_under_gradient_checkpointing(tiny, share, ch
         ranks=ranks,
     )
     assert ranks.per_layer == [per_layer]
+
+
+class CountingGenerator:
+    """A generator that records the weights it is given."""
+
+    takes_adapters = False
+
+    def __init__(self):
+        self.synced: list = []
+
+    def generate(self, prompts, params, n=1, constraints=None):
+        return [["ok"] * n for _ in prompts]
+
+    def sync_weights(self, state_dict):
+        self.synced.append(state_dict)
+
+
+def test_a_deferred_generator_is_built_at_its_first_generation_and_then_given_the_weights():
+    from r3l.rollout.generator import DeferredGenerator
+
+    built: list[CountingGenerator] = []
+    deferred = DeferredGenerator(lambda: built.append(CountingGenerator()) or built[-1])
+    deferred.on_built = lambda inner: inner.sync_weights("current")
+    deferred.sync_weights("old")  # rollout workers explore: the trainer's generator is not built for this
+    deferred.release_memory()
+    assert not deferred.ready and built == [] and deferred.stats == {}
+    assert deferred.generate([[1]], None, n=2) == [["ok", "ok"]]  # evaluation: built now, with the current weights
+    assert deferred.ready and len(built) == 1 and built[0].synced == ["current"]
+    deferred.sync_weights("next")
+    deferred.generate([[1]], None)
+    assert len(built) == 1 and built[0].synced == ["current", "next"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "deferred"),
+    [
+        ([], False),
+        (["distributed.rollout_workers=2"], True),
+        (["distributed.rollout_workers=2", "model.lora.enabled=true"], False),
+    ],
+)
+def test_the_trainer_defers_its_generator_only_where_workers_explore(overrides, deferred):
+    from r3l.build import defers_generator
+    from r3l.config import load_config
+
+    assert defers_generator(load_config(None, ["model=tiny-random", *overrides])) is deferred
+
+
+@pytest.mark.parametrize(
+    ("gpus", "engine_args", "share"),
+    [(1.0, {}, 0.9), (0.5, {}, 0.45), (1.0, {"gpu_memory_utilization": 0.7}, 0.7)],
+)
+def test_vllm_workers_on_gpus_of_their_own_take_most_of_their_share(gpus, engine_args, share):
+    from r3l.config import load_config
+    from r3l.distributed.placement import plan_placement, worker_config
+
+    config = load_config(None, ["model=tiny-random", "generator=vllm", f"generator.engine_args={engine_args}"])
+    placement = plan_placement(GPU0, 1, 2, gpus, 2, local_ray=False)
+    assert worker_config(config, placement).generator.engine_args["gpu_memory_utilization"] == share
+    cpu = plan_placement(CPU, 1, 2, 0.0, 0, local_ray=True)
+    assert worker_config(config, cpu).generator.engine_args == engine_args
+
+
+def test_the_cluster_layout_keeps_its_driver_light():
+    from pathlib import Path
+
+    from r3l.config import load_config
+
+    config = load_config(str(Path(__file__).parents[1] / "examples" / "layout_ray_cluster.yaml"))
+    assert config.generator.sleep != False  # noqa: E712 - the driver's engine sleeps while the learner trains
+    assert "gpu_memory_utilization" not in config.generator.engine_args  # colocated default on the driver

@@ -130,11 +130,22 @@ def physical_gpu_ids(indices: tuple[int, ...], visible: str | None = None) -> li
     return [ids[index] for index in indices]
 
 
+DEDICATED_GPU_SHARE = 0.9  # of a worker's GPU share, for its vLLM engine (nothing else trains there)
+
+
 def worker_config(config: Config, placement: Placement) -> Config:
     """A rollout worker's config: the device Ray gave it (a CPU worker on the CPU; a GPU worker sees only its
-    own GPU(s), as cuda:0), whatever model.device the learner was given."""
+    own GPU(s), as cuda:0), whatever model.device the learner was given; a vLLM engine on a GPU share of its own
+    takes 90% of that share unless generator.engine_args says otherwise (not the colocated 40%)."""
     device = "cpu" if placement.worker_device == "cpu" else "cuda"
-    return config.model_copy(update={"model": config.model.model_copy(update={"device": device})})
+    update: dict = {"model": config.model.model_copy(update={"device": device})}
+    engine_args = config.generator.engine_args
+    if device == "cuda" and config.generator.name == "vllm" and "gpu_memory_utilization" not in engine_args:
+        share = round(DEDICATED_GPU_SHARE * min(placement.worker_gpus, 1.0), 3)
+        update["generator"] = config.generator.model_copy(
+            update={"engine_args": {**engine_args, "gpu_memory_utilization": share}}
+        )
+    return config.model_copy(update=update)
 
 
 def worker_env(placement: Placement) -> dict[str, str]:
