@@ -10,12 +10,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
-from r3l.build import build_parts, evaluate_held_out, make_learner, resolve_device, trainable_policy
+from r3l.build import (
+    autocast_bf16,
+    build_parts,
+    defers_generator,
+    evaluate_held_out,
+    generator_dtype,
+    make_learner,
+    resolve_device,
+    trainable_policy,
+)
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
-from r3l.distributed.placement import plan_for
+from r3l.distributed.placement import layout_lines, layout_record, plan_for
 from r3l.errors import Interrupted, RunStopped, UserError
 from r3l.evaluate import r3_table
 from r3l.experience import write_jsonl
@@ -113,7 +124,20 @@ class Trainer:
             map_large_blocks(config.train.mmap_threshold_kib * 1024)
         seed_everything(config.run.seed)
         # before any model loads: a layout the machine cannot hold (ranks or workers vs GPUs) is refused now
-        self.placement = plan_for(config, resolve_device(config.model.device))
+        device = resolve_device(config.model.device)
+        self.placement = plan_for(config, device)
+        self.layout = layout_record(
+            self.placement,
+            device,
+            config.model.dtype,
+            autocast_bf16(config),
+            config.generator.name,
+            generator_dtype(config),
+            defers_generator(config),
+            torch.version.cuda,
+        )
+        for line in layout_lines(self.layout):  # a CPU-only torch on a GPU machine shows here, not by its speed
+            console.print(line, soft_wrap=True, markup=False)
         self.parts = build_parts(config, driver=True)
         if isinstance(self.parts.generator, DeferredGenerator):  # built at its first use, then given the weights
             self.parts.generator.on_built = self._sync_generator
@@ -415,6 +439,7 @@ class Trainer:
             "spent": self.history.get("spent"),
             "wall_seconds_this_session": time.perf_counter() - started,
             "relative_step": self.relative_step,
+            "layout": self.layout,
             "code": code_version(),
             "eval_before": self.history.get("eval_before"),
             "eval_after": self.history.get("eval_after"),

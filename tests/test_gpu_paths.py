@@ -440,3 +440,23 @@ def test_the_cluster_layout_keeps_its_driver_light():
     config = load_config(str(Path(__file__).parents[1] / "examples" / "layout_ray_cluster.yaml"))
     assert config.generator.sleep != False  # noqa: E712 - the driver's engine sleeps while the learner trains
     assert "gpu_memory_utilization" not in config.generator.engine_args  # colocated default on the driver
+
+
+def test_every_process_is_one_line_of_the_start_up_log():
+    from r3l.distributed.placement import layout_lines, layout_record, plan_placement
+
+    placement = plan_placement(GPU1, 2, 2, 0.5, 4, local_ray=True)
+    record = layout_record(placement, GPU1, "float32", True, "vllm", "bfloat16", True, "12.8")
+    assert record["learner_ranks"] == ["cuda:1", "cuda:2"] and record["ray_gpus"] == [0, 3]
+    assert layout_lines(record) == [
+        "trainer: policy on cuda:1 (float32 weights, bf16 autocast; torch CUDA 12.8), generator vllm in bfloat16, "
+        "built at first use",
+        "learner rank 1: cuda:2",
+        "rollout workers 0..1: 0.5 GPU each (GPUs [0, 3])",
+    ]
+    cpu = layout_record(plan_placement(CPU, 1, 2, 0.0, 0, True), CPU, "float32", False, "hf", "float32", False, None)
+    assert layout_lines(cpu) == [
+        "trainer: policy on cpu (float32 weights, no autocast; a torch build without CUDA), generator hf in float32, "
+        "built at start",
+        "rollout workers 0..1: cpu",
+    ]

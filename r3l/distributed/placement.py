@@ -29,15 +29,6 @@ class Placement:
     ray_gpus: tuple[int, ...] | None = None  # a local Ray's GPUs (this process's indices); None: Ray decides
     notes: tuple[str, ...] = field(default=())
 
-    def lines(self) -> list[str]:
-        """One line per process, for the start-up log."""
-        lines = [f"learner rank {rank}: {device}" for rank, device in enumerate(self.learner)]
-        if self.workers:
-            where = "cpu" if self.worker_device == "cpu" else f"{self.worker_gpus:g} GPU each"
-            gpus = f", from GPUs {list(self.ray_gpus)}" if self.ray_gpus is not None and self.worker_device else ""
-            lines.append(f"rollout workers 0..{self.workers - 1}: {where}{gpus}")
-        return lines + list(self.notes)
-
     def record(self) -> dict:
         """What summary.json keeps of the plan."""
         return {
@@ -101,6 +92,45 @@ def plan_placement(
         return Placement(learner, "cpu", rollout_workers, 0.0)
     pool = worker_gpu_pool(learner, rollout_workers, worker_gpus, device_count) if local_ray else None
     return Placement(learner, "cuda", rollout_workers, worker_gpus, pool)
+
+
+def layout_record(
+    placement: Placement,
+    device: torch.device,
+    policy_dtype: str,
+    autocast: bool,
+    generator: str,
+    generator_dtype: str,
+    deferred: bool,
+    torch_cuda: str | None,
+) -> dict:
+    """The resolved device, dtype and placement of every process (start-up log and summary.json)."""
+    return {
+        "device": str(device),
+        "torch_cuda": torch_cuda,
+        "policy_dtype": policy_dtype,
+        "autocast_bf16": autocast,
+        "generator": generator,
+        "generator_dtype": generator_dtype,
+        "generator_built": "at first use" if deferred else "at start",
+        **placement.record(),
+    }
+
+
+def layout_lines(record: dict) -> list[str]:
+    """One line per process (the trainer's policy and generator, each further learner rank, the workers)."""
+    cuda = f"torch CUDA {record['torch_cuda']}" if record["torch_cuda"] else "a torch build without CUDA"
+    autocast = "bf16 autocast" if record["autocast_bf16"] else "no autocast"
+    lines = [
+        f"trainer: policy on {record['device']} ({record['policy_dtype']} weights, {autocast}; {cuda}), "
+        f"generator {record['generator']} in {record['generator_dtype']}, built {record['generator_built']}"
+    ]
+    lines += [f"learner rank {rank}: {device}" for rank, device in enumerate(record["learner_ranks"]) if rank]
+    if record["rollout_workers"]:
+        where = "cpu" if record["worker_device"] == "cpu" else f"{record['worker_gpus']:g} GPU each"
+        pool = f" (GPUs {record['ray_gpus']})" if record["ray_gpus"] is not None else ""
+        lines.append(f"rollout workers 0..{record['rollout_workers'] - 1}: {where}{pool}")
+    return lines
 
 
 def visible_gpu_count() -> int:

@@ -80,7 +80,10 @@ class RolloutPool:
         except BaseException:
             self.close()  # no actor, placement group or local Ray left behind
             raise
-        console.print(f"{len(self.workers)} rollout workers ready in {time.perf_counter() - started:.0f} s")
+        console.print(
+            f"{len(self.workers)} rollout workers ready in {time.perf_counter() - started:.0f} s "
+            f"(weights sent in {str(self._dtype).removeprefix('torch.')})"
+        )
 
     def _start_ray(self) -> None:
         """A local Ray (or a connection to `distributed.ray_address`). A local one is shown only the GPUs the
