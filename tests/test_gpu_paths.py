@@ -460,3 +460,89 @@ def test_every_process_is_one_line_of_the_start_up_log():
         "built at start",
         "rollout workers 0..1: cpu",
     ]
+
+
+def scalar_reads(monkeypatch) -> list[str]:
+    """Every int()/float()/.item() of a tensor from now on (each is a device-to-host sync on a GPU)."""
+    events: list[str] = []
+    for name in ("__int__", "__float__", "item"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name):
+            events.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return events
+
+
+def test_the_decode_loop_reads_no_scalar_per_row(monkeypatch, tiny):
+    from r3l.rollout.generator import SamplingParams
+    from r3l.rollout.hf import HFGenerator
+
+    model, tokenizer = tiny
+    generator = HFGenerator(model, tokenizer, dtype=torch.float32)
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=0)
+    expected = generator.generate([[1, 2, 3], [4, 5]], params, n=4)
+    events = scalar_reads(monkeypatch)
+    got = generator.generate([[1, 2, 3], [4, 5]], params, n=4)
+    assert events == []  # one .tolist() per step for all rows, none per row
+    assert [[(c.tokens, c.logprobs) for c in row] for row in got] == [
+        [(c.tokens, c.logprobs) for c in row] for row in expected
+    ]
+
+
+def test_the_loss_is_read_after_its_backward(monkeypatch, tiny):
+    import copy
+
+    from r3l.config import AlgorithmConfig, TrainConfig
+    from r3l.experience import Experience
+    from r3l.learner.learner import Learner
+
+    model, tokenizer = tiny
+    learner = Learner(copy.deepcopy(model), tokenizer, AlgorithmConfig(), TrainConfig(), temperature=1.0)
+    batch = [
+        Experience(group="g", kind="base", tokens=[1, 2, 3, 4, 5], loss_mask=[0, 0, 1, 1, 1], logprobs=[0.0] * 5,
+                   reward=reward, advantage=reward - 0.5)
+        for reward in (1.0, 0.0)
+    ]  # fmt: skip
+    events = scalar_reads(monkeypatch)
+    original = torch.Tensor.backward
+
+    def backward(self, *args, **kwargs):
+        events.append("backward")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "backward", backward)
+    learner.update(batch)
+    assert "backward" in events and "item" not in events[: events.index("backward")]
+
+
+@cuda_only
+def test_cuda_decode_syncs_do_not_grow_with_the_rows(tiny):
+    import warnings
+
+    from r3l.rollout.generator import SamplingParams
+    from r3l.rollout.hf import HFGenerator
+
+    model, tokenizer = tiny
+    generator = HFGenerator(copy_to_cuda(model), tokenizer, dtype=torch.float32)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=0)
+    counts = []
+    for n in (1, 8):
+        generator.generate([[1, 2, 3]], params, n=n)  # warm-up
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                generator.generate([[1, 2, 3]], params, n=n)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        counts.append(len(caught))
+    assert counts[1] <= counts[0] + 2, counts
+
+
+def copy_to_cuda(model):
+    import copy
+
+    return copy.deepcopy(model).cuda()

@@ -382,9 +382,9 @@ class Learner:
         counted: bool = True,
     ) -> bool:
         """Add one micro-batch's gradient; `sums` collects the loss, KL and token-weighted metrics
-        (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False (and no backward
-        pass) when the loss is not finite. On sharded ranks a backward always runs (it is a collective): with
-        weight zero for a non-finite loss and for a stand-in micro-batch (`counted=False`), which adds nothing."""
+        (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False when the loss is not finite
+        (its gradients are then dropped with the update). On sharded ranks a backward always runs (it is a
+        collective): with weight zero for a stand-in micro-batch (`counted=False`), which adds nothing."""
         mask = batch["loss_mask"]
         logprobs, logits = self._logprobs(self.model, batch)
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
@@ -409,6 +409,7 @@ class Learner:
         if not counted:  # the policy's forward and backward are the collectives; the unsharded reference is not
             backward_adding_nothing(loss)
             return True
+        kl = None
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_logprobs = self._logprobs(self.ref_model, batch)[0]
@@ -419,13 +420,14 @@ class Learner:
                 kl_denominator,
             )
             loss = loss + self.algorithm.kl_coef * kl
+        # the backward first, the loss read after (on a GPU .item() waits for the device, which then has the
+        # backward queued): a non-finite loss's gradients are dropped with the whole update (`update` checks
+        # every loss and the gradient norm), so running its backward changes nothing
+        (loss * self.ranks.backward_scale if self.ranks is not None else loss).backward()
+        if kl is not None:
             sums["kl"] += kl.item() / self.algorithm.updates_per_batch
         sums["loss"] += loss.item()
         finite = math.isfinite(sums["loss"])
-        if finite:
-            (loss * self.ranks.backward_scale if self.ranks is not None else loss).backward()
-        elif self.ranks is not None:
-            backward_adding_nothing(loss)
         for key, work in forward_work(batch).items():
             sums[f"work:{key}"] += work
         if not first_pass:
