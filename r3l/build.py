@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from r3l.agent.context import RolloutContext
-from r3l.config import Config
+from r3l.config import Config, GeneratorConfig
 from r3l.envs import Env, Task, env_class, make
 from r3l.envs.reward_functions import RewardFunctions, with_reward_functions
 from r3l.errors import UserError
@@ -247,15 +247,27 @@ def defers_generator(config: Config) -> bool:
     return bool(config.distributed.rollout_workers) and not config.model.lora.enabled
 
 
+def driver_generator_config(config: Config) -> Config:
+    """The config the training process builds its own generator from: the run's, except that with learner
+    ranks and rollout workers a vLLM run evaluates with the HF generator (vLLM's in-process engine takes the
+    default process group the learner ranks need; the workers explore with vLLM in processes of their own)."""
+    g, d = config.generator, config.distributed
+    if not (g.name == "vllm" and d.learner_ranks > 1 and d.rollout_workers):
+        return config
+    plain = GeneratorConfig(name="hf", dtype=g.dtype, prefill_chunk=g.prefill_chunk, decode=g.decode)
+    return config.model_copy(update={"generator": plain})
+
+
 def build_parts(config: Config, driver: bool = False) -> Parts:
     """The run's parts; `driver`: those of the training process, whose generator may be deferred
-    (`defers_generator`)."""
+    (`defers_generator`) or another one (`driver_generator_config`)."""
     make_env = env_factory(config)
     model, tokenizer = load_model(config)
+    own = driver_generator_config(config) if driver else config
     generator: Generator = (
-        DeferredGenerator(partial(make_generator, config, model, tokenizer))
+        DeferredGenerator(partial(make_generator, own, model, tokenizer))
         if driver and defers_generator(config)
-        else make_generator(config, model, tokenizer)
+        else make_generator(own, model, tokenizer)
     )
     base = rollout_context(config, make_env, generator, tokenizer)
     context = ExploreContext(

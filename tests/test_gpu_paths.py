@@ -546,3 +546,23 @@ def copy_to_cuda(model):
     import copy
 
     return copy.deepcopy(model).cuda()
+
+
+def test_vllm_beside_learner_ranks_in_one_process_is_refused_in_one_line():
+    """Issue 35, #1: vLLM's in-process engine initialises the default process group, so learner ranks beside it
+    in the training process cannot start; with rollout workers the trainer evaluates with the HF generator."""
+    from r3l.build import driver_generator_config
+    from r3l.config import load_config
+    from r3l.distributed.placement import plan_placement
+    from r3l.errors import UserError
+
+    with pytest.raises(UserError, match=r"generator=vllm with distributed\.learner_ranks > 1") as error:
+        plan_placement(CPU, 2, 0, 0.0, 0, local_ray=True, generator="vllm")
+    assert "\n" not in str(error.value)
+    assert plan_placement(CPU, 2, 2, 0.0, 0, local_ray=True, generator="vllm").worker_device == "cpu"
+    base = ["model=tiny-random", "generator=vllm", "generator.dtype=float32", "distributed.learner_ranks=2"]
+    with_workers = load_config(None, [*base, "distributed.rollout_workers=2"])
+    assert driver_generator_config(with_workers).generator.name == "hf"
+    assert driver_generator_config(with_workers).generator.dtype == "float32"
+    alone = load_config(None, ["model=tiny-random", "generator=vllm"])
+    assert driver_generator_config(alone) is alone

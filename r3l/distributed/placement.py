@@ -82,6 +82,12 @@ def plan_placement(
     """The whole plan (see Placement); `device` is model.device resolved, `device_count` the GPUs torch sees."""
     learner = learner_devices(device, learner_ranks, device_count)
     if not rollout_workers:
+        if generator == "vllm" and learner_ranks > 1:
+            raise UserError(
+                "generator=vllm with distributed.learner_ranks > 1 in one process cannot start: vLLM's in-process "
+                "engine takes the default process group the learner ranks need; explore on rollout workers "
+                "(distributed.rollout_workers), or use generator=hf, or learner_ranks=1"
+            )
         return Placement(learner)
     if not worker_gpus:
         if generator == "vllm" and device_count:
