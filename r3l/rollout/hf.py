@@ -199,12 +199,12 @@ class HFGenerator(Generator):
                 logits = self._constrain(logits, live, followers)
             chosen, chosen_logprobs = sample_next(logits, params, partial(draws.uniform, live))
             keep = []
-            for index, row in enumerate(live):
-                token = int(chosen[index])
+            # one device-to-host copy of each per step (not one per row: on a GPU each is a sync)
+            for index, (row, token, logprob) in enumerate(zip(live, chosen.tolist(), chosen_logprobs.tolist())):
                 if followers is not None and followers[row] is not None and not followers[row].broken:
                     followers[row].accept(token)
                 tokens[row].append(token)
-                logprobs[row].append(float(chosen_logprobs[index]))
+                logprobs[row].append(logprob)
                 if token in self.stop_token_ids or self._hit_stop_string(tokens[row], params.stop):
                     finished[row] = "stop"
                 else:
