@@ -29,6 +29,7 @@ from r3l.rollout.generator_settings import check_settings
 
 if TYPE_CHECKING:
     from r3l.learner.learner import Learner
+    from r3l.learner.ranks import Ranks
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 GENERATOR_PACKAGES = ("r3l.rollout", "r3l.testing")  # every module in them may register a generator
@@ -134,7 +135,7 @@ def trainable_policy(config: Config, model):
     return model, ref_model
 
 
-def make_learner(config: Config, model, tokenizer, ref_model, ranks=None) -> Learner:
+def make_learner(config: Config, model, tokenizer, ref_model, ranks: Ranks | None = None) -> Learner:
     from r3l.learner.learner import Learner
 
     return Learner(

@@ -11,7 +11,8 @@ import torch
 
 
 class Ranks(Protocol):
-    backward_scale: float  # each rank's loss is its share of one sum; FSDP averages gradients over ranks
+    @property
+    def backward_scale(self) -> float: ...  # each rank's loss is its share of one sum; FSDP averages over ranks
 
     def share(self, batches: Sequence[list[int]]) -> list[list[int] | None]: ...
 
