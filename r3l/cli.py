@@ -263,11 +263,9 @@ def generators(name: str | None = typer.Argument(None, help="Show this generator
     from r3l.rollout.generator_settings import describe
 
     import_submodules(*GENERATOR_PACKAGES)
-    for listed, cls in GENERATORS:
-        if name is None or listed == name:
-            typer.echo(describe(listed, cls))
-    if name is not None and name not in GENERATORS:
-        GENERATORS.get(name)  # one line naming the generators there are
+    chosen = [(name, GENERATORS.get(name))] if name is not None else list(GENERATORS)  # get: one line if unknown
+    for listed, cls in chosen:
+        typer.echo(describe(listed, cls))
 
 
 @app.command()

@@ -22,6 +22,7 @@ from typing import Any
 from r3l.config import Config
 from r3l.envs import SingleTurnEnv, env_class
 from r3l.errors import UserError
+from r3l.models.random_shape import PREFIX, SHAPES
 
 GIB = 2**30
 OVERHEAD = 1.10
@@ -44,19 +45,6 @@ class Shape:
         return self.head_dim or self.hidden // self.heads
 
 
-# Published config.json values of models the papers' recipes name (read from each model's own config).
-HUB_SHAPES: dict[str, Shape] = {
-    "Qwen/Qwen2.5-0.5B-Instruct": Shape(896, 4864, 24, 14, 2, 151936, True),
-    "Qwen/Qwen2.5-1.5B-Instruct": Shape(1536, 8960, 28, 12, 2, 151936, True),
-    "Qwen/Qwen2.5-3B-Instruct": Shape(2048, 11008, 36, 16, 2, 151936, True),
-    "Qwen/Qwen2.5-7B-Instruct": Shape(3584, 18944, 28, 28, 4, 152064, False),
-    "Qwen/Qwen3-4B": Shape(2560, 9728, 36, 32, 8, 151936, True, head_dim=128),
-    "meta-llama/Llama-3.2-3B-Instruct": Shape(3072, 8192, 28, 24, 8, 128256, True),
-    "smollm2-135m-instruct": Shape(576, 1536, 30, 9, 3, 49152, True),
-    "qwen2.5-coder-0.5b-instruct": Shape(896, 4864, 24, 14, 2, 151936, False),
-}
-
-
 def shape_from_config(settings: dict[str, Any]) -> Shape:
     """A Shape from a transformers config.json's values."""
     try:
@@ -74,10 +62,22 @@ def shape_from_config(settings: dict[str, Any]) -> Shape:
         raise UserError(f"the model's config has no {missing}; r3l plan reads a decoder's config.json") from None
 
 
+# Published config.json values of models the papers' recipes name (read from each model's own config).
+HUB_SHAPES: dict[str, Shape] = {
+    # the two r3l's random shapes hold (r3l/models/random_shape.py), with the models' own vocabulary
+    "Qwen/Qwen2.5-0.5B-Instruct": shape_from_config({**SHAPES["qwen2.5-0.5b"], "vocab_size": 151936}),
+    "Qwen/Qwen2.5-1.5B-Instruct": shape_from_config({**SHAPES["qwen2.5-1.5b"], "vocab_size": 151936}),
+    "Qwen/Qwen2.5-3B-Instruct": Shape(2048, 11008, 36, 16, 2, 151936, True),
+    "Qwen/Qwen2.5-7B-Instruct": Shape(3584, 18944, 28, 28, 4, 152064, False),
+    "Qwen/Qwen3-4B": Shape(2560, 9728, 36, 32, 8, 151936, True, head_dim=128),
+    "meta-llama/Llama-3.2-3B-Instruct": Shape(3072, 8192, 28, 24, 8, 128256, True),
+    "smollm2-135m-instruct": Shape(576, 1536, 30, 9, 3, 49152, True),
+    "qwen2.5-coder-0.5b-instruct": Shape(896, 4864, 24, 14, 2, 151936, False),
+}
+
+
 def model_shape(name: str) -> Shape:
     """The shape of `model.name`: a known model, `random:SHAPE`, or a local folder's config.json."""
-    from r3l.models.random_shape import PREFIX, SHAPES
-
     if name in HUB_SHAPES:
         return HUB_SHAPES[name]
     if name.startswith(PREFIX) and name[len(PREFIX) :] in SHAPES:

@@ -170,14 +170,13 @@ class Trainer:
         started = time.perf_counter()
         strategy = self.parts.strategy
         tasks = strategy.training_tasks(self.train_tasks, self.run_dir, build=self.task_builds)
-        if not strategy.setup_generated_tokens:  # nothing was generated to build the list: no setup row to log
-            return TaskSampler(tasks, seed=self.config.run.seed + self.task_builds)
-        self.unlogged_setup["setup_seconds"] = self.unlogged_setup.get("setup_seconds", 0.0) + (
-            time.perf_counter() - started
-        )
-        self.unlogged_setup["setup_generated_tokens"] = (
-            self.unlogged_setup.get("setup_generated_tokens", 0.0) + strategy.setup_generated_tokens
-        )
+        if strategy.setup_generated_tokens:  # only a list that was generated (R3's failure set) has a setup row
+            self.unlogged_setup["setup_seconds"] = self.unlogged_setup.get("setup_seconds", 0.0) + (
+                time.perf_counter() - started
+            )
+            self.unlogged_setup["setup_generated_tokens"] = (
+                self.unlogged_setup.get("setup_generated_tokens", 0.0) + strategy.setup_generated_tokens
+            )
         return TaskSampler(tasks, seed=self.config.run.seed + self.task_builds)
 
     def _resume(self, checkpoint: Path, state: dict[str, Any]) -> None:

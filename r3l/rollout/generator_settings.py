@@ -60,7 +60,7 @@ def default_settings(cls: type) -> dict[str, Any]:
 
 def describe(name: str, cls: type) -> str:
     """`r3l generators`: a generator's first docstring line, then one line per setting."""
-    summary = (inspect.getdoc(cls) or "").splitlines()[0] if inspect.getdoc(cls) else ""
+    summary = next(iter((inspect.getdoc(cls) or "").splitlines()), "")
     lines = [f"{name}: {summary}", "settings (generator.NAME):"]
     for key, field in settings_model(cls).model_fields.items():
         lines.append(f"  {key:<18} default {field.default!r}" + (f"  {field.description}" if field.description else ""))
