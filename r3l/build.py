@@ -165,7 +165,11 @@ def generator_settings(config: Config) -> dict[str, Any]:
 def make_generator(config: Config, model, tokenizer) -> Generator:
     cls: Callable[..., Generator] = generator_class(config)
     lora = config.model.lora
-    given_by_run = {"dtype": DTYPES[generator_dtype(config)], "lora_rank": lora.r if lora.enabled else None}
+    given_by_run = {
+        "dtype": DTYPES[generator_dtype(config)],
+        "lora_rank": lora.r if lora.enabled else None,
+        "own_process": config.distributed.learner_ranks > 1,  # the ranks hold this process's torch.distributed
+    }
     accepted = inspect.signature(cls.__init__).parameters  # a generator without LoRA support takes no lora_rank
     run = {name: value for name, value in given_by_run.items() if name in accepted}
     return cls(model, tokenizer, **run, **generator_settings(config))

@@ -294,3 +294,38 @@ def test_a_lora_run_on_vllm_syncs_the_adapter_alone(tmp_path):
     stats = trainer.parts.generator.stats
     assert trainer.parts.generator.takes_adapters and stats["weight_syncs"] >= 2
     assert stats["sync_bytes"] / stats["weight_syncs"] < 20 * 2**20  # the adapter (r 4: ~2.4 MB), not 0.5 GB
+
+
+def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embedded, tmp_path):
+    """vLLM's in-process worker would take the default process group the learner ranks hold (issue 35 #1): beside
+    ranks the engine runs in a process of its own and syncs through a file. The run trains two steps with two gloo
+    ranks (in a process of its own: this one's default group is an in-process engine's), and an engine apart
+    samples, after a sync, what the HF generator does with the same weights."""
+    import json
+    import subprocess
+    import sys
+
+    engine_args = [f"generator.engine_args.{key}={value}" for key, value in SMALL_ENGINE.items()]
+    overrides = ["generator=vllm", "generator.dtype=float32", "distributed.learner_ranks=2", "train.steps=2"]
+    small = ["train.tasks_per_step=2", "sampling.group_size=4", "eval.size=0", "logging.tensorboard=false"]
+    command = [sys.executable, "-m", "r3l.cli", "train", *overrides, *small, *engine_args, f"run.dir={tmp_path}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = tmp_path.iterdir()
+    assert json.loads((run / "summary.json").read_text())["step"] == 2
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(row["generator_logprob_gap"] < 0.1 for row in rows if "generator_logprob_gap" in row)
+
+    model, tokenizer = embedded
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        noise = torch.Generator().manual_seed(1)
+        for parameter in changed.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.02)
+    engine = VLLMGenerator(model, tokenizer, dtype=torch.float32, engine_args=SMALL_ENGINE, own_process=True)
+    params = SamplingParams(temperature=0.0, max_new_tokens=12)
+    before = [row[0].tokens for row in engine.generate(prompts(tokenizer), params)]
+    engine.sync_weights(changed.state_dict())
+    hf = HFGenerator(changed, tokenizer, dtype=torch.float32)
+    expected = [row[0].tokens for row in hf.generate(prompts(tokenizer), params)]
+    assert [row[0].tokens for row in engine.generate(prompts(tokenizer), params)] == expected != before

