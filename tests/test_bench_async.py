@@ -14,6 +14,7 @@ def test_overlap_bound_by_hand():
     assert async_pipeline.overlap_bound(lockstep) == pytest.approx(8.0 / 6.0)
 
 
+@pytest.mark.xdist_group("ray")  # with pytest-xdist: one worker holds every local Ray cluster
 def test_section_runs_both_arms_with_a_worker(tmp_path, monkeypatch):
     pytest.importorskip("ray")
     from r3l.bench.run import run_bench

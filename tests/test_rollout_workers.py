@@ -14,6 +14,8 @@ from r3l.distributed.sharding import contiguous_shards, merge_shard_metrics
 from r3l.errors import RunStopped
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.xdist_group("ray")  # with pytest-xdist: one worker holds every local Ray cluster
+
 QUIET = ["eval.size=0", "logging.tensorboard=false", "logging.progress=false"]
 ARITHMETIC = [
     "model=tiny-random",
