@@ -24,6 +24,7 @@ from r3l.logging.progress import console
 from r3l.models.precision import native_bf16
 from r3l.registry import import_submodules
 from r3l.rollout.chat import PromptFormat
+from r3l.rollout.deferred import DeferredGenerator
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
 from r3l.rollout.generator_settings import check_settings
 
@@ -255,11 +256,24 @@ def evaluate_held_out(config: Config, tasks: Sequence[Task], context: RolloutCon
     return held_out_evaluation(tasks, context, eval_params(config), two_attempts(config))
 
 
-def build_parts(config: Config) -> Parts:
+def defers_generator(config: Config) -> bool:
+    """Whether the training process builds its generator only when it first generates: where rollout workers
+    explore (it then serves evaluation and a task list's setup only), unless LoRA wraps the policy in place (the
+    generator must be built from the plain model, so at once)."""
+    return bool(config.distributed.rollout_workers) and not config.model.lora.enabled
+
+
+def build_parts(config: Config, driver: bool = False) -> Parts:
+    """The run's parts; `driver`: the training process's, whose generator may be built at its first use
+    (`defers_generator`)."""
     make_env = env_factory(config)
     generator_settings(config)  # a bad generator setting fails before the model loads
     model, tokenizer = load_model(config)
-    generator = make_generator(config, model, tokenizer)
+    generator: Generator = (
+        DeferredGenerator(partial(make_generator, config, model, tokenizer))
+        if driver and defers_generator(config)
+        else make_generator(config, model, tokenizer)
+    )
     base = rollout_context(config, make_env, generator, tokenizer)
     context = ExploreContext(
         **{field.name: getattr(base, field.name) for field in fields(base)},

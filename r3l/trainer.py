@@ -10,11 +10,24 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
-from r3l.build import build_parts, evaluate_held_out, held_out_tasks, make_learner, trainable_policy
+from r3l.build import (
+    autocast_bf16,
+    build_parts,
+    defers_generator,
+    evaluate_held_out,
+    generator_dtype,
+    held_out_tasks,
+    make_learner,
+    resolve_device,
+    trainable_policy,
+)
 from r3l.config import Config, dump_config
 from r3l.distributed.pipeline import Drawn, ExplorationPipeline
+from r3l.distributed.placement import Placement, layout_lines, plan_for
 from r3l.errors import Interrupted, RunStopped, UserError
 from r3l.evaluate import r3_table
 from r3l.experience import write_jsonl
@@ -32,6 +45,8 @@ from r3l.learner.weights import load_weights, merged_state_dict, saved_adapter
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import map_large_blocks, memory_metrics, release_free_memory
 from r3l.provenance import check_resume, code_version, display_path, record_session, record_tasks
+from r3l.rollout.deferred import DeferredGenerator
+from r3l.rollout.generator import Generator
 from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
 
@@ -110,7 +125,10 @@ class Trainer:
         if config.train.mmap_threshold_kib is not None:  # before the model's weights take the heap
             map_large_blocks(config.train.mmap_threshold_kib * 1024)
         seed_everything(config.run.seed)
-        self.parts = build_parts(config)
+        self.placement = plan_for(config, str(resolve_device(config.model.device)))  # before any model loads
+        self.parts = build_parts(config, driver=True)
+        if isinstance(self.parts.generator, DeferredGenerator):  # built at its first use, then given the weights
+            self.parts.generator.on_built = self._sync_generator
         env = self.parts.make_env()
         self.train_tasks = env.tasks("train")
         self.test_tasks = held_out_tasks(config, env)
@@ -133,7 +151,7 @@ class Trainer:
         if config.distributed.rollout_workers:
             from r3l.distributed.rollout_pool import RolloutPool
 
-            self.rollout_pool = RolloutPool(config)
+            self.rollout_pool = RolloutPool(config, self.placement)
             self.pipeline = ExplorationPipeline(
                 self.rollout_pool, self._draw, config.distributed.max_staleness, config.train.steps
             )
@@ -152,6 +170,9 @@ class Trainer:
             allowed_code_change=self.allow_code_change and resume,
         )
         self.relative_step = self._check_step_size()
+        self.layout = layout(config, self.placement)  # said once everything is up, so bad input stays one line
+        for line in layout_lines(self.layout):  # a CPU-only torch on a GPU machine shows here, not by its speed
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
 
     def _check_step_size(self) -> float | None:
         """lr against the size of the weights under full fine-tuning, with a warning when it is a step that
@@ -200,20 +221,30 @@ class Trainer:
         return Drawn(tasks, *before)
 
     def _sync_generators(self) -> None:
-        """The policy's current weights to the generator (evaluation, and rollouts in one process) and to the
-        rollout workers."""
+        """The policy's current weights to the generator (evaluation, and rollouts in one process; one built at
+        its first use takes them then) and to the rollout workers."""
         generator = self.parts.generator
+        if generator.ready:
+            self._sync_generator(generator, workers_too=True)
+        elif self.rollout_pool is not None:
+            with merged_state_dict(self.model) as weights:
+                self.rollout_pool.sync_weights(weights)
+
+    def _sync_generator(self, generator: Generator, workers_too: bool = False) -> None:
+        """The policy's current weights to `generator`: the adapter alone where it takes adapters, else merged
+        weights; with `workers_too`, the same merged weights to the rollout workers."""
+        workers = self.rollout_pool if workers_too else None
         adapter_only = is_lora(self.model) and generator.takes_adapters  # the engine holds the base weights already
         if adapter_only:
             with saved_adapter(self.model) as folder:
                 generator.sync_adapter(str(folder))
-            if self.rollout_pool is None:
+            if workers is None:
                 return
         with merged_state_dict(self.model) as weights:
             if not adapter_only:
                 generator.sync_weights(weights)
-            if self.rollout_pool is not None:
-                self.rollout_pool.sync_weights(weights)
+            if workers is not None:
+                workers.sync_weights(weights)
 
     def close(self) -> None:
         """Stop the rollout workers, the other learner ranks and the environments."""
@@ -397,6 +428,7 @@ class Trainer:
             "spent": self.history.get("spent"),
             "wall_seconds_this_session": time.perf_counter() - started,
             "relative_step": self.relative_step,
+            "layout": self.layout,
             "code": code_version(),
             "eval_before": self.history.get("eval_before"),
             "eval_after": self.history.get("eval_after"),
@@ -407,3 +439,20 @@ class Trainer:
         if final is not None and not config.train.keep_optimizer:
             drop_optimizer_state(final)
         return summary
+
+
+def layout(config: Config, placement: Placement) -> dict[str, Any]:
+    """The resolved device, dtypes and placement of every process (the start-up log and summary.json)."""
+    return {
+        "device": str(resolve_device(config.model.device)),
+        "torch_cuda": torch.version.cuda,
+        "policy_dtype": config.model.dtype,
+        "autocast_bf16": autocast_bf16(config),
+        "generator": config.generator.name,
+        "generator_dtype": generator_dtype(config),
+        "generator_built": "at first use" if defers_generator(config) else "at start",
+        "learner_ranks": list(placement.learner),
+        "rollout_workers": placement.workers,
+        "worker_gpus": placement.worker_gpus,
+        "ray_gpus": list(placement.ray_gpus) if placement.ray_gpus is not None else None,
+    }

@@ -7,7 +7,8 @@
 # Each part runs with its output in OUTDIR/<part>.log and is counted by its own exit status (never through a
 # pipeline, whose status would be the last command's); a part that must be refused is counted as passed only when
 # it exits 2 with one line. Parts: the `cuda` tests; learner ranks on one GPU (2 ranks refused in one line) and,
-# where there are several GPUs, 2 ranks training; Ray rollout workers without and with a GPU share; each
+# where there are several GPUs, 2 ranks training (and beside a vLLM engine); Ray rollout workers without a GPU,
+# with a GPU share where the learner leaves one (weights over NCCL), else refused in one line; each
 # examples/layout_*.yaml for 2 steps at the Qwen2.5-1.5B shape (random weights); vLLM colocated sleep/wake with the
 # memory each phase holds; a GPU checkpoint resumed on the CPU; the default job learning on CUDA.
 # The last lines are one table, part | result | seconds. Exit status: the number of failed parts.
@@ -25,7 +26,7 @@ TWO_STEPS="train.steps=2 train.tasks_per_step=4 sampling.group_size=4 sampling.m
 logging.progress=false logging.tensorboard=false"
 QWEN="model=random:qwen2.5-1.5b"
 
-part "cuda tests" ok $PY -m pytest -q -m cuda tests/test_cuda.py -p no:cacheprovider
+part "cuda tests" ok $PY -m pytest -q -m cuda tests/test_cuda.py tests/test_rollout_workers.py -p no:cacheprovider
 part "learner ranks: 1 rank on cuda" ok $PY -m r3l.cli train model=tiny-random model.device=cuda $TWO_STEPS \
   run.dir="$OUT" run.name=rank1
 if [ "$GPUS" -ge 2 ]; then
@@ -38,8 +39,15 @@ fi
 if $PY -c "import ray" 2>/dev/null; then
   part "ray workers without a GPU (learner on cuda)" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
     distributed.rollout_workers=2 distributed.worker_gpus=0 $TWO_STEPS run.dir="$OUT" run.name=workers-cpu
-  part "ray workers with a GPU share" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
-    distributed.rollout_workers=2 distributed.worker_gpus=0.25 $TWO_STEPS run.dir="$OUT" run.name=workers-gpu
+  if [ "$GPUS" -ge 2 ]; then  # a local Ray is shown only the GPUs the learner leaves
+    part "ray workers with a GPU share, weights over NCCL" ok $PY -m r3l.cli train model=tiny-random \
+      model.device=cuda distributed.rollout_workers=2 distributed.worker_gpus=0.5 distributed.weight_sync=broadcast \
+      $TWO_STEPS run.dir="$OUT" run.name=workers-gpu
+  else
+    part "ray workers on the learner's only GPU are refused" refused $PY -m r3l.cli train model=tiny-random \
+      model.device=cuda distributed.rollout_workers=2 distributed.worker_gpus=0.25 $TWO_STEPS run.dir="$OUT" \
+      run.name=workers-gpu
+  fi
 else
   rows+=("ray is not installed here: rollout workers not checked")
 fi
@@ -48,6 +56,10 @@ for layout in examples/layout_*.yaml; do
   part "$name, 2 steps at the 1.5B shape" ok $PY -m r3l.cli train "$layout" $QWEN model.device=cuda env=countdown \
     agent.max_context_tokens=2048 distributed.ray_address=null $TWO_STEPS run.dir="$OUT" run.name="$name"
 done
+if $PY -c "import vllm" 2>/dev/null && [ "$GPUS" -ge 2 ]; then
+  part "vllm beside 2 learner ranks (engine in its own process)" ok $PY -m r3l.cli train model=tiny-random \
+    model.device=cuda generator=vllm distributed.learner_ranks=2 $TWO_STEPS run.dir="$OUT" run.name=vllm-ranks
+fi
 if $PY -c "import vllm" 2>/dev/null; then
   part "vllm colocated: memory per phase (sleep, learner step, wake)" ok $PY scripts/gpu_memory_phases.py
   cat "$OUT"/vllm_colocated*.log

@@ -195,3 +195,29 @@ def test_make_by_name_and_unknown_name():
         r3l.envs.make("nope")
     with pytest.raises(UserError, match="environment 'countdown' has no setting env.args.colour"):
         r3l.envs.make("countdown", colour="red")
+
+
+def test_drawn_items_kept_on_disk_give_the_same_tasks_and_are_not_redrawn(tmp_path, monkeypatch):
+    """Countdown's draws cost milliseconds each, so they are kept between processes (r3l/envs/task_store.py):
+    a second process loads the same tasks without drawing, a store for other settings is another file, and a
+    damaged file is drawn again."""
+    import r3l.envs.countdown as countdown
+
+    monkeypatch.setenv("R3L_CACHE", str(tmp_path))
+    clear_task_cache()
+    drawn = CountdownEnv(seed=3, train_size=12, test_size=4)
+    first = list(drawn.tasks("test")) + list(drawn.tasks("train"))
+    (stored,) = (tmp_path / "tasks").iterdir()
+    clear_task_cache()  # a second process, as far as the draws are concerned
+    monkeypatch.setattr(countdown, "create_reasoning_gym_dataset", lambda *a: pytest.fail("drew instead of loading"))
+    loaded = CountdownEnv(seed=3, train_size=12, test_size=4)
+    assert list(loaded.tasks("test")) + list(loaded.tasks("train")) == first
+    monkeypatch.undo()
+    monkeypatch.setenv("R3L_CACHE", str(tmp_path))
+    clear_task_cache()
+    stored.write_text("{not json")
+    again = CountdownEnv(seed=3, train_size=12, test_size=4)
+    assert list(again.tasks("test")) + list(again.tasks("train")) == first
+    CountdownEnv(seed=4, train_size=12, test_size=4).tasks("test")[0]
+    assert len(list((tmp_path / "tasks").glob("*.json"))) == 2
+    clear_task_cache()

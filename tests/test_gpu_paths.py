@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from r3l.config import load_config
-from r3l.distributed.learner_group import LearnerGroup, rank_devices
+from r3l.distributed.learner_group import LearnerGroup
+from r3l.distributed.placement import rank_devices
 from r3l.errors import UserError
 from r3l.learner import checkpoint
 from r3l.learner.learner import per_layer_units

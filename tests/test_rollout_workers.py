@@ -269,6 +269,50 @@ def test_weight_stream_buckets():
     assert plan_buckets(entries, bucket_bytes=1 << 20) == [[0, 1], [2], [3, 4]]
 
 
+def stream_both_ends(devices: tuple[str, str]) -> tuple[int, dict]:
+    """A trainer end and a worker end of one weight stream, in two threads: what the worker receives."""
+    import threading
+
+    from r3l.distributed.learner_group import free_port
+    from r3l.distributed.weight_stream import WeightStream, manifest
+
+    weights = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.tensor([1, 2])}
+    entries, port, received = manifest(weights, torch.bfloat16), free_port(), {}
+
+    def worker() -> None:
+        stream = WeightStream("127.0.0.1", port, 1, 2, entries, 30.0, device=devices[1])
+        received["version"], received["weights"] = stream.receive()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    trainer = WeightStream("127.0.0.1", port, 0, 2, entries, 30.0, device=devices[0])
+    trainer.send(7, {name: tensor.to(devices[0]) for name, tensor in weights.items()})
+    thread.join(30)
+    return received["version"], received["weights"]
+
+
+def test_the_weight_stream_sends_a_version_and_the_weights_in_the_workers_dtype():
+    version, weights = stream_both_ends(("cpu", "cpu"))
+    assert version == 7 and weights["w"].dtype == torch.bfloat16 and weights["b"].dtype == torch.int64
+    assert torch.equal(weights["w"].float(), torch.arange(6.0).reshape(2, 3)) and weights["b"].tolist() == [1, 2]
+
+
+def test_the_stream_is_on_gpus_only_where_every_end_is():
+    from r3l.distributed.weight_stream import stream_device
+
+    assert stream_device("cuda:1", workers_on_gpus=True) == "cuda"  # NCCL
+    assert stream_device("cuda:0", workers_on_gpus=False) == "cpu"  # CPU workers: gloo
+    assert stream_device("cpu", workers_on_gpus=True) == "cpu"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU per end: two CUDA devices")
+def test_the_weight_stream_over_nccl_between_two_gpus():
+    version, weights = stream_both_ends(("cuda:0", "cuda:1"))
+    assert version == 7 and weights["w"].device == torch.device("cuda:1")
+    assert torch.equal(weights["w"].float().cpu(), torch.arange(6.0).reshape(2, 3))
+
+
 def test_workers_the_cluster_cannot_hold_are_refused_in_one_line(tmp_path):
     pytest.importorskip("ray")
     result = run_cli(

@@ -101,6 +101,9 @@ def test_train_dump_resume_eval_report(tmp_path):
     written = json.loads((run_dir / "summary.json").read_text())
     assert written["run"] == "tiny" and str(tmp_path) not in json.dumps(written)
     assert written["spent"]["generated_tokens"] > 0 and written["code"]["source_hash"] == sessions[0]["source_hash"]
+    # the resolved device, dtypes and placement of every process: logged at start-up and kept (issue 35)
+    assert written["layout"]["device"] == "cpu" and written["layout"]["learner_ranks"] == ["cpu"]
+    assert "trainer: policy on cpu" in result.stdout + result.stderr
 
     # a resume under other code is refused in one line, unless allowed (and recorded)
     sessions[0]["source_hash"] = "0123456789ab"

@@ -25,7 +25,8 @@ import torch.multiprocessing as mp
 
 from r3l.config import Config
 from r3l.distributed.fsdp import RankGroup
-from r3l.errors import RunStopped, UserError
+from r3l.distributed.placement import rank_devices
+from r3l.errors import RunStopped
 
 
 def _full_options(**extra):
@@ -96,21 +97,6 @@ def free_port() -> int:
 
 
 COMMAND_WAIT = timedelta(days=7)  # ranks > 0 wait this long for rank 0's next command (rollouts, evaluation)
-
-
-def rank_devices(device: str, world: int, device_count: int) -> list[str]:
-    """The device of each learner rank: on CUDA, rank r on the GPU r places after the model's own (model.device
-    cuda:N puts rank 0 on cuda:N); on a CPU, every rank on the CPU. More ranks than GPUs is one line, not a rank
-    that dies in `set_device` while the others wait for it."""
-    if not device.startswith("cuda"):
-        return ["cpu"] * world
-    first = int(device.partition(":")[2] or 0)
-    if first + world > device_count:
-        raise UserError(
-            f"distributed.learner_ranks={world} needs {world} GPUs from cuda:{first}, and this machine has "
-            f"{device_count}; lower distributed.learner_ranks (one rank per GPU) or set model.device=cuda:0"
-        )
-    return [f"cuda:{first + rank}" for rank in range(world)]
 
 
 def join_group(rank: int, world: int, port: int, device: str, timeout_s: float):

@@ -10,8 +10,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from r3l.build import generator_dtype
+from r3l.build import resolve_device
 from r3l.config import Config
+from r3l.distributed.placement import (
+    Placement,
+    colliding_workers,
+    physical_gpu_ids,
+    plan_for,
+    worker_config,
+    worker_env,
+)
 from r3l.distributed.rollout_worker import RolloutWorker
 from r3l.distributed.sharding import contiguous_shards, merge_shard_metrics
 from r3l.errors import RunStopped, UserError
@@ -33,7 +41,9 @@ class Exploration:
 
 
 class RolloutPool:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, placement: Placement | None = None):
+        """`placement`: where the workers go (distributed/placement.py): on the CPU, seeing no GPU, or on GPUs
+        Ray hands out; a Ray started here is shown only the GPUs the learner leaves."""
         try:
             import ray
         except ImportError:
@@ -42,30 +52,17 @@ class RolloutPool:
 
         self._ray = ray
         self.settings = config.distributed
+        self.placement = placement or plan_for(config, str(resolve_device(config.model.device)))
         if self.settings.weight_sync == "broadcast" and self.settings.on_worker_failure == "retry":
             raise UserError(
                 "distributed.weight_sync=broadcast cannot take in a replacement worker (its process "
                 "group is fixed); use on_worker_failure=fail or weight_sync=object_store"
             )
-        self._config = config.model_dump(mode="json")
-        self._dtype = getattr(torch, generator_dtype(config))
+        self._config = worker_config(config, self.placement).model_dump(mode="json")
+        self._dtype = torch.float32  # until the workers say which dtype their generators run in
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
-            local = self.settings.ray_address is None
-            wanted = math.ceil(self.settings.rollout_workers * self.settings.worker_cpus)
-            ray.init(
-                address=self.settings.ray_address,
-                include_dashboard=False,
-                configure_logging=False,
-                log_to_driver=False,
-                num_cpus=max(os.cpu_count() or 1, wanted) if local else None,
-                runtime_env={
-                    "env_vars": {
-                        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-                        "TOKENIZERS_PARALLELISM": "false",
-                    }
-                },
-            )
+            self._start_ray()
         self._actor = ray.remote(RolloutWorker)
         self.stream: WeightStream | None = None
         self.restarts = 0
@@ -78,10 +75,72 @@ class RolloutPool:
             self._placement = self._reserve()
             self.workers = [self._start_worker(index) for index in range(self.settings.rollout_workers)]
             self._wait([worker.ready.remote() for worker in self.workers], "start")
+            self._dtype = self._agreed_dtype()
+            self._check_gpus()
         except BaseException:
             self.close()  # no actor, placement group or local Ray left behind
             raise
-        console.print(f"{len(self.workers)} rollout workers ready in {time.perf_counter() - started:.0f} s")
+        console.print(
+            f"{len(self.workers)} rollout workers ready in {time.perf_counter() - started:.0f} s "
+            f"(weights sent in {str(self._dtype).removeprefix('torch.')})"
+        )
+
+    def _start_ray(self) -> None:
+        """A local Ray (or a connection to `distributed.ray_address`). A local one is shown only the GPUs the
+        learner leaves (CUDA_VISIBLE_DEVICES while it starts: its raylet reads it once), so it never hands a
+        worker the learner's GPU."""
+        local = self.settings.ray_address is None
+        wanted = math.ceil(self.settings.rollout_workers * self.settings.worker_cpus)
+        gpus = self.placement.ray_gpus if local else None
+        shown = {"CUDA_VISIBLE_DEVICES": ",".join(physical_gpu_ids(gpus))} if gpus is not None else {}
+        saved = {name: os.environ.get(name) for name in shown}
+        os.environ.update(shown)
+        try:
+            self._ray.init(
+                address=self.settings.ray_address,
+                include_dashboard=False,
+                configure_logging=False,
+                log_to_driver=False,
+                num_cpus=max(os.cpu_count() or 1, wanted) if local else None,
+                num_gpus=len(gpus) if gpus is not None else None,
+                runtime_env={
+                    "env_vars": {
+                        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                        "TOKENIZERS_PARALLELISM": "false",
+                    }
+                },
+            )
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def _agreed_dtype(self):
+        """The dtype the weights are sent in: the workers' generators' (float32 where they differ; a CPU
+        worker's generator may run in another dtype than the trainer's)."""
+        import torch
+
+        names = set(self._wait([worker.dtype.remote() for worker in self.workers], "dtype lookup"))
+        return getattr(torch, names.pop()) if len(names) == 1 else torch.float32
+
+    def _check_gpus(self) -> None:
+        """On a cluster Ray chooses the GPUs: a worker given one of the learner's (on the driver's node) is
+        refused in one line."""
+        if self.placement.worker_device != "cuda" or self.placement.ray_gpus is not None:
+            return
+        indices = tuple(int(d.partition(":")[2] or 0) for d in self.placement.learner if d.startswith("cuda"))
+        if not indices:
+            return
+        assigned = self._wait([worker.gpus.remote() for worker in self.workers], "GPU lookup")
+        clashes = colliding_workers(assigned, self._ray.get_runtime_context().get_node_id(), physical_gpu_ids(indices))
+        if clashes:
+            listed = ", ".join(f"worker {index} on GPU {gpu}" for index, gpu in clashes)
+            raise UserError(
+                f"Ray put rollout workers on the learner's GPUs ({listed}); start Ray on the driver's machine "
+                "with `ray start --head --num-gpus=0` (or CUDA_VISIBLE_DEVICES naming the other GPUs)"
+            )
 
     def _reserve(self):
         """One placement-group bundle per worker, placed by `distributed.placement`; waits until it fits."""
@@ -124,7 +183,7 @@ class RolloutPool:
             num_cpus=self.settings.worker_cpus,
             num_gpus=self.settings.worker_gpus,
             scheduling_strategy=strategy,
-            runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads), **worker_env(self.placement)}},
         ).remote(self._config, threads)
 
     def nodes(self) -> list[str]:
@@ -177,16 +236,19 @@ class RolloutPool:
         from ray.util import get_node_ip_address
 
         from r3l.distributed.learner_group import free_port
-        from r3l.distributed.weight_stream import WeightStream, manifest
+        from r3l.distributed.weight_stream import WeightStream, manifest, stream_device
 
         entries, host, port = manifest(state_dict, self._dtype), get_node_ip_address(), free_port()
         world, timeout = len(self.workers) + 1, self.settings.worker_timeout_s
+        trainer_device = str(next(iter(state_dict.values())).device)
+        device = stream_device(trainer_device, self.placement.worker_device == "cuda")
         opened = [
-            worker.open_stream.remote(host, port, rank, world, entries, timeout)
+            worker.open_stream.remote(host, port, rank, world, entries, timeout, device)
             for rank, worker in enumerate(self.workers, start=1)
         ]
         # waits for every worker to connect
-        self.stream = stream = WeightStream(host, port, 0, world, entries, timeout)
+        here = trainer_device if device == "cuda" else "cpu"
+        self.stream = stream = WeightStream(host, port, 0, world, entries, timeout, device=here)
         self._wait(opened, "weight stream start")
         return stream
 

@@ -27,16 +27,29 @@ class RolloutWorker:
     def ready(self) -> int:
         return os.getpid()
 
+    def dtype(self) -> str:
+        """The dtype this worker's generator runs in (the trainer sends the weights in it)."""
+        return str(getattr(self.parts.generator, "dtype", "torch.float32")).removeprefix("torch.")
+
+    def gpus(self) -> tuple[str, list[str]]:
+        """(this worker's Ray node, the ids of the GPUs Ray gave it)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), [str(gpu) for gpu in ray.get_gpu_ids()]
+
     def node(self) -> str:
         """The Ray node this worker was placed on."""
         import ray
 
         return ray.get_runtime_context().get_node_id()
 
-    def open_stream(self, host: str, port: int, rank: int, world: int, entries, timeout_s: float) -> int:
+    def open_stream(
+        self, host: str, port: int, rank: int, world: int, entries, timeout_s: float, device: str = "cpu"
+    ) -> int:
+        """Join the trainer's weight stream; `device` "cuda": this worker's GPU (NCCL), else the CPU (gloo)."""
         from r3l.distributed.weight_stream import WeightStream
 
-        self.stream = WeightStream(host, port, rank, world, entries, timeout_s)
+        self.stream = WeightStream(host, port, rank, world, entries, timeout_s, device=device)
         return rank
 
     def receive_weights(self) -> int:

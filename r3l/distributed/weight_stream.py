@@ -1,7 +1,8 @@
 """Weights from the trainer to the rollout workers as a stream over a process group of their own: the
 version first, then the tensors in buckets (same dtype, up to `bucket_bytes`), broadcast from the trainer.
-gloo here (CPU tensors); the group is its own (a TCPStore and a ProcessGroup object), so it lives beside the
-learner ranks' default group."""
+gloo with CPU tensors, or NCCL with GPU tensors where the trainer and every worker are on GPUs (`stream_device`);
+the group is its own (a TCPStore and a ProcessGroup object), so it lives beside the learner ranks' default
+group."""
 
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ def plan_buckets(entries: Sequence[Entry], bucket_bytes: int = BUCKET_BYTES) -> 
     return buckets
 
 
+def stream_device(trainer_device: str, workers_on_gpus: bool) -> str:
+    """Where the stream's buffers live at one end: on the GPU (NCCL) only where the trainer's policy and every
+    worker are on GPUs, else on the CPU (gloo). A worker sees its own GPU as cuda:0."""
+    return "cuda" if trainer_device.startswith("cuda") and workers_on_gpus else "cpu"
+
+
 class WeightStream:
     """One end of the stream: rank 0 sends (the trainer), ranks 1..N receive (the workers)."""
 
@@ -60,10 +67,19 @@ class WeightStream:
         entries: Sequence[Entry],
         timeout_s: float,
         bucket_bytes: int = BUCKET_BYTES,
+        device: str = "cpu",
     ):
+        """`device`: this end's buffers, "cpu" (gloo) or a CUDA device (NCCL; every end on CUDA)."""
         timeout = timedelta(seconds=timeout_s)
+        self.device = torch.device(device)
         self.store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
-        self.group = dist.ProcessGroupGloo(self.store, rank, world, timeout)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            options = dist.ProcessGroupNCCL.Options()  # type: ignore[attr-defined]  # absent from CPU builds
+            options._timeout = timeout
+            self.group = dist.ProcessGroupNCCL(self.store, rank, world, options)  # type: ignore[attr-defined]
+        else:
+            self.group = dist.ProcessGroupGloo(self.store, rank, world, timeout)
         self.rank = rank
         self.entries = list(entries)
         self.buckets = plan_buckets(self.entries, bucket_bytes)
@@ -72,19 +88,21 @@ class WeightStream:
         self.group.broadcast([tensor], dist.BroadcastOptions()).wait()  # type: ignore[attr-defined]  # not in torch's stubs
 
     def send(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        self._broadcast(torch.tensor([version], dtype=torch.int64))
+        self._broadcast(torch.tensor([version], dtype=torch.int64, device=self.device))
         for bucket in self.buckets:
             entries = [self.entries[i] for i in bucket]
-            flat = torch.cat([state_dict[e.name].detach().to("cpu", e.dtype).reshape(-1) for e in entries])
+            flat = torch.cat([state_dict[e.name].detach().to(self.device, e.dtype).reshape(-1) for e in entries])
             self._broadcast(flat)
 
     def receive(self) -> tuple[int, dict[str, torch.Tensor]]:
-        version = torch.zeros(1, dtype=torch.int64)
+        version = torch.zeros(1, dtype=torch.int64, device=self.device)
         self._broadcast(version)
         weights: dict[str, torch.Tensor] = {}
         for bucket in self.buckets:
             entries = [self.entries[i] for i in bucket]
-            flat = torch.empty(sum(torch.Size(e.shape).numel() for e in entries), dtype=entries[0].dtype)
+            flat = torch.empty(
+                sum(torch.Size(e.shape).numel() for e in entries), dtype=entries[0].dtype, device=self.device
+            )
             self._broadcast(flat)
             offset = 0
             for entry in entries:

@@ -14,15 +14,17 @@ import re
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, overload
 
-from r3l.envs import register
+from r3l.envs import register, task_store
 from r3l.envs.base import SingleTurnEnv, Task, Verdict
 from r3l.envs.reply_grammar import NUMBER, answer_constraint, boxed_constraint
 from r3l.errors import UserError
 from r3l.grading.answer import extract_answer, where_answers_go
 from r3l.grading.safe_math import ExpressionError, evaluate
 from r3l.grading.verifiers import verify_math
+from r3l.models.gguf import cache_root
 
 SPLITS = ("train", "test")
 ANSWER_FORMATS = ("tags", "boxed", "either")  # r3l/grading/answer.py; 'any' (a last number counts) is not offered here
@@ -40,19 +42,29 @@ class TaskDraws:
     """Distinct items drawn in index order from `draw`, made on demand; thread-safe."""
 
     def __init__(
-        self, env_name: str, draw: Callable[[int], Item | None], key: Callable[[Item], Hashable], max_draws: int
+        self,
+        env_name: str,
+        draw: Callable[[int], Item | None],
+        key: Callable[[Item], Hashable],
+        max_draws: int,
+        store: Path | None = None,
     ):
+        """`store`: a file keeping the items between processes (r3l/envs/task_store.py); None: drawn each time."""
         self._env_name = env_name
         self._draw = draw
         self._key = key
         self._max_draws = max_draws
-        self._next_index = 0
-        self._seen: set[Hashable] = set()
+        self._store = store
         self._lock = threading.Lock()
         self.items: list[Item] = []
+        self._next_index = 0
+        if store is not None:
+            self.items, self._next_index = task_store.load(store)
+        self._seen: set[Hashable] = {key(item) for item in self.items}
 
     def ensure(self, count: int) -> None:
         with self._lock:
+            found = len(self.items)
             while len(self.items) < count:
                 if self._next_index >= self._max_draws:
                     raise UserError(
@@ -61,10 +73,16 @@ class TaskDraws:
                     )
                 item = self._draw(self._next_index)
                 self._next_index += 1
-                if item is None or self._key(item) in self._seen:
+                if item is None:
+                    continue
+                if self._store is not None:
+                    item = task_store.as_json(item)
+                if self._key(item) in self._seen:
                     continue
                 self._seen.add(self._key(item))
                 self.items.append(item)
+            if self._store is not None and len(self.items) > found:
+                task_store.save(self._store, self.items, self._next_index)
 
 
 class SplitView(Sequence[Task]):
@@ -104,6 +122,7 @@ class ReasoningGymEnv(SingleTurnEnv):
     """A single-turn env over a reasoning-gym dataset; subclasses set `dataset_name` and `prompt`."""
 
     dataset_name: ClassVar[str] = ""
+    stores_draws: ClassVar[bool] = False  # keep drawn items on disk between processes (for slow sources)
     argument_help: ClassVar[dict[str, str]] = {
         "seed": "which tasks are drawn (the same seed, the same tasks in the same order)",
         "train_size": "tasks in the train split",
@@ -129,7 +148,12 @@ class ReasoningGymEnv(SingleTurnEnv):
 
     def _build_splits(self, config: dict[str, Any]) -> dict[str, SplitView]:
         max_draws = 2 * (self.train_size + self.test_size) + 100
-        draws = TaskDraws(self.name, self._make_draw(config, max_draws), self.task_key, max_draws)
+        store = None
+        if self.stores_draws and self.source_name() != "builtin":
+            source = (type(self).__module__, type(self).__qualname__, self.dataset_name, self.seed, max_draws)
+            key = (*source, sorted(config.items()), reasoning_gym_version())
+            store = task_store.store_path(cache_root(), key)
+        draws = TaskDraws(self.name, self._make_draw(config, max_draws), self.task_key, max_draws, store)
         draws.ensure(min(1, self.test_size + self.train_size))  # fail early on settings that cannot make tasks
         return {
             "test": SplitView(draws, 0, self.test_size, lambda item, i: self.to_task(item, "test", i)),
@@ -353,6 +377,15 @@ def check_split_sizes(env_name: str, train_size: int, test_size: int) -> None:
 def reasoning_gym_seed(seed: int) -> int:
     """reasoning-gym seeds item i with `seed + i`, so nearby seeds would share items; spread them apart."""
     return random.Random(seed).getrandbits(40)
+
+
+def reasoning_gym_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reasoning-gym")
+    except PackageNotFoundError:
+        return "none"
 
 
 def create_reasoning_gym_dataset(env_name: str, dataset_name: str, seed: int, size: int, config: dict[str, Any]):

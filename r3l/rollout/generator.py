@@ -67,5 +67,10 @@ class Generator(ABC):
     def stats(self) -> dict[str, float]:
         return {}
 
+    @property
+    def ready(self) -> bool:
+        """Whether the generator exists and takes weights now (a deferred one only once built)."""
+        return True
+
 
 GENERATORS: Registry[type[Generator]] = Registry("generator")
