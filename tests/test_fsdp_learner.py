@@ -71,7 +71,10 @@ def update_on_rank(rank: int, world: int, port: int, variant: dict, out: str) ->
             ref_model=reference,
             ranks=RankGroup(),
         )
-        metrics = learner.update(experiences(model.config.vocab_size))
+        batch = experiences(model.config.vocab_size)
+        if variant.get("nan"):  # one experience's advantage NaN: only the rank given it sees a NaN loss
+            batch[0].advantage = float("nan")
+        metrics = learner.update(batch)
         weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if rank == 0:
             torch.save({"weights": weights, "metrics": metrics}, out)
@@ -104,3 +107,14 @@ def test_two_ranks_update_equals_one_process(tmp_path, name):
     for key in ("loss", "grad_norm", "trained_tokens", "skipped_zero_advantage", "forward_positions"):
         assert sharded["metrics"][key] == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
     assert metrics["skipped_zero_advantage"] == (0 if variant.get("kl") else 3)  # KL makes zero advantages count
+
+
+def test_a_nan_loss_on_one_rank_leaves_every_rank_unchanged(tmp_path):
+    """The rank given a NaN advantage runs its backward anyway (a collective; the loss is read after it), the
+    ranks agree the update is not finite, and none steps."""
+    out = str(tmp_path / "ranks.pt")
+    mp.spawn(update_on_rank, args=(2, free_port(), {"nan": True}, out), nprocs=2, join=True)
+    sharded = torch.load(out)
+    before = build({})[0].state_dict()
+    assert sharded["metrics"]["nonfinite_update"] == 1.0
+    assert all(torch.equal(value, before[key]) for key, value in sharded["weights"].items())

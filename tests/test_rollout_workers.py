@@ -325,7 +325,7 @@ def test_workers_the_cluster_cannot_hold_are_refused_in_one_line(tmp_path):
         cwd=tmp_path,
         timeout=300,
     )
-    assert result.returncode == 2 and "need 2 GPU (the cluster has 0)" in result.stderr
+    assert result.returncode == 2 and "need 2 GPU(s) and this machine has 0" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not (Path(tmp_path) / "nogpu").exists()
 
 

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from r3l.learner.ranks import backward_adding_nothing
-
 
 def share_micro_batches(batches: Sequence[list[int]], rank: int, world: int) -> list[list[int] | None]:
     """Rank `rank`'s micro-batches (every world-th one), padded with None to the same count on every rank:
@@ -68,11 +66,6 @@ class RankGroup:
         total = torch.tensor([float(value)], dtype=torch.float64)
         dist.all_reduce(total, op=dist.ReduceOp.MAX)
         return float(total.item())
-
-    def skip_backward(self, loss: torch.Tensor) -> None:
-        """A skipped (non-finite) micro-batch still runs a backward adding nothing: FSDP reduces gradients in it,
-        so every rank must."""
-        backward_adding_nothing(loss)
 
     def all_true(self, flag: bool) -> bool:
         value = torch.tensor([0.0 if flag else 1.0])

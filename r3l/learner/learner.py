@@ -384,9 +384,9 @@ class Learner:
         counted: bool = True,
     ) -> bool:
         """Add one micro-batch's gradient; `sums` collects the loss, KL and token-weighted metrics
-        (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False (and no backward
-        pass) when the loss is not finite. On sharded ranks a backward always runs (it is a collective): with
-        weight zero for a non-finite loss and for a stand-in micro-batch (`counted=False`), which adds nothing."""
+        (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False when the loss is not
+        finite (the update then drops every gradient). On sharded ranks a backward always runs (it is a
+        collective): with weight zero for a stand-in micro-batch (`counted=False`), which adds nothing."""
         logprobs, logits = self._logprobs(self.model, batch)
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
         advantages = self._corrected_advantages(batch, old, part, sums, record=first_pass and counted)
@@ -403,12 +403,11 @@ class Learner:
             backward_adding_nothing(loss)
             return True
         loss = loss + self._kl_term(batch, logprobs, kl_denominator, sums)
+        # the backward queued before the loss is read (on a GPU .item() waits for the device): a non-finite
+        # loss's gradients are dropped with the whole update (`_passes`), so its backward changes nothing
+        (loss * self.ranks.backward_scale).backward()
         sums["loss"] += loss.item()
         finite = math.isfinite(sums["loss"])
-        if finite:
-            (loss * self.ranks.backward_scale).backward()
-        else:
-            self.ranks.skip_backward(loss)
         for key, work in forward_work(batch).items():
             sums[f"work:{key}"] += work
         if first_pass:

@@ -24,12 +24,10 @@ class Ranks(Protocol):
 
     def shard(self, policy, root, per_layer: bool = True) -> None: ...
 
-    def skip_backward(self, loss: torch.Tensor) -> None: ...
-
 
 class OneProcess:
     """The rank group of a learner alone: all micro-batches its own, sums and agreement as they are, nothing
-    sharded, and a skipped backward is no backward at all."""
+    sharded."""
 
     backward_scale = 1.0
 
@@ -46,9 +44,6 @@ class OneProcess:
         return flag
 
     def shard(self, policy, root, per_layer: bool = True) -> None:
-        return None
-
-    def skip_backward(self, loss: torch.Tensor) -> None:
         return None
 
 
