@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -73,11 +74,12 @@ class WeightStream:
         timeout = timedelta(seconds=timeout_s)
         self.device = torch.device(device)
         self.store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
+        self.group: Any
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-            options = dist.ProcessGroupNCCL.Options()  # type: ignore[attr-defined]  # absent from CPU builds
+            options = dist.ProcessGroupNCCL.Options()  # absent from CPU builds of torch: reached on CUDA only
             options._timeout = timeout
-            self.group = dist.ProcessGroupNCCL(self.store, rank, world, options)  # type: ignore[attr-defined]
+            self.group = dist.ProcessGroupNCCL(self.store, rank, world, options)
         else:
             self.group = dist.ProcessGroupGloo(self.store, rank, world, timeout)
         self.rank = rank
