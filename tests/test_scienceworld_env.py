@@ -107,3 +107,17 @@ def test_max_steps_ends_the_episode(env, gold, monkeypatch):
     assert sum(result.reward for result in results) == pytest.approx(results[-1].info["score"])  # the starting points
     with pytest.raises(RuntimeError, match="episode is over"):
         env.step("look around")
+
+
+def test_a_null_test_size_takes_every_test_variation_of_the_held_out_types():
+    """`test_size: null`: the whole held-out set (for find-animal, each of its test variations once)."""
+    environment = make("scienceworld", task_names=["find-plant", "find-animal"], train_size=1, test_size=None)
+    try:
+        tasks = environment.tasks("test")
+        environment._simulator().load("find-animal", 0, "")
+        assert len(tasks) == len(environment._simulator().get_variations_test()) > 2
+        assert len({task.id for task in tasks}) == len(tasks)
+    finally:
+        environment.close()
+    with pytest.raises(UserError, match="test_size must be a whole number >= 0 \\(or null for all\\)"):
+        make("scienceworld", test_size=-1)

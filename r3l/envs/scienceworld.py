@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,7 +96,8 @@ class ScienceWorldEnv(Env):
         "simplification": "ScienceWorld's simplifications, comma-separated: " + ", ".join(SIMPLIFICATIONS),
         "max_steps": "turns an episode may take",
         "train_size": "tasks in the train split (from ScienceWorld's train variations)",
-        "test_size": "tasks in the test split (from its test variations)",
+        "test_size": "tasks in the test split (from its test variations; null: every one, 662 for split paper's 13 "
+        "held-out types)",
         "seed": "the order of each type's variations",
     }
 
@@ -107,17 +109,17 @@ class ScienceWorldEnv(Env):
         simplification: str = "easy",
         max_steps: int = 30,
         train_size: int = 500,
-        test_size: int = 100,
+        test_size: int | None = 100,
         seed: int = 0,
     ):
         if split not in SPLITS:
             raise UserError(f"env.args.split must be one of {', '.join(SPLITS)}, got '{split}'")
         for setting, value, low in (
             ("train_size", train_size, 0),
-            ("test_size", test_size, 0),
             ("max_steps", max_steps, 1),
         ):
             check_count(setting, value, low)
+        check_count("test_size", test_size, 0, optional=True)
         bad = [part for part in str(simplification).split(",") if part and part not in SIMPLIFICATIONS]
         if bad:
             raise UserError(f"env.args.simplification must be a comma list of {', '.join(SIMPLIFICATIONS)}; got {bad}")
@@ -156,7 +158,7 @@ class ScienceWorldEnv(Env):
         self._simulator_class = simulator_class
         self.split = split
         self.simplification = simplification
-        self.sizes = {"train": train_size, "test": test_size}
+        self.sizes = {"train": train_size, "test": sys.maxsize if test_size is None else test_size}
         self.max_steps = max_steps
         self.seed = seed
         self.system_prompt = SYSTEM_PROMPT.format(max_steps=max_steps)
