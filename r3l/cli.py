@@ -58,6 +58,37 @@ def load(args: list[str] | None, extra: Sequence[str] = (), first: Sequence[str]
     return checked(load_config(path, [*first, *overrides, *extra]))
 
 
+def each_values(each: str | None) -> tuple[str | None, list[str | None]]:
+    """`--each KEY=V1,V2,...` as (KEY, [V1, V2, ...]); (None, [None]) without it. The model loads once, so keys
+    of the model and the generator are refused."""
+    if each is None:
+        return None, [None]
+    key, _, listed = each.partition("=")
+    values = [value.strip() for value in listed.split(",") if value.strip()]
+    if not key or not values:
+        raise UserError(f"--each {each!r}: give KEY=V1,V2,... (e.g. --each env.args.test_path=a.jsonl,b.jsonl)")
+    if key.split(".")[0] in ("model", "generator"):
+        raise UserError(f"--each {key}: one model is evaluated per command; run `r3l eval` once per model instead")
+    return key, list(values)
+
+
+def each_table(key: str, values: Sequence[str | None], summaries: Sequence[dict]) -> str:
+    """One line per value of `--each`: its tasks and success rate with its 95% interval (and R3's second try)."""
+
+    def rate(result: dict) -> str:
+        low, high = result["ci95"]
+        return f"{result['success']:.3f} [{low:.3f}, {high:.3f}]"
+
+    second = any("second_try" in summary for summary in summaries)
+    lines = [f"| {key} | tasks | success [95%] |" + (" second try [95%] |" if second else ""), "|---|---|---|"]
+    lines[1] += "---|" if second else ""
+    for value, summary in zip(values, summaries):
+        cells = [str(value), str(summary["total"]), rate(summary.get("first_try", summary))]
+        cells += [rate(summary["second_try"])] if second else []
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def checked(config):
     """`config`, once its model names something: a bad name is refused before torch and the trainer load."""
     from r3l.models import check_model_name
@@ -116,18 +147,36 @@ def evaluate_command(
     attempts: int | None = typer.Option(
         None, "--attempts", min=1, max=2, help="2: first try, then a reflection and a second try on failures (R3)."
     ),
+    each: str | None = typer.Option(
+        None,
+        "--each",
+        help="KEY=V1,V2,...: evaluate the one model once per value, e.g. env.args.test_path=gsm8k.jsonl,math500.jsonl "
+        "(a paper's test sets); one table, every result in eval.json.",
+    ),
 ):
     """Held-out success rate of a model on a task's test split, with a 95% confidence interval."""
     extra = [f"model.name={model}"] if model else []
-    config = load(args, extra + ([f"eval.attempts={attempts}"] if attempts else []))  # refused before the imports
+    extra += [f"eval.attempts={attempts}"] if attempts else []
+    key, values = each_values(each)
+    configs = [load(args, extra + ([f"{key}={value}"] if key else [])) for value in values]  # refused before imports
+    config = configs[0]
     from r3l.build import env_factory, evaluate_held_out, held_out_tasks, load_model, make_generator, rollout_context
     from r3l.trainer import new_run_dir
 
-    make_env = env_factory(config)
+    make_envs = [env_factory(each_config) for each_config in configs]  # every value checked before the model loads
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
-    tasks = held_out_tasks(config, make_env())
-    record, summary, _ = evaluate_held_out(config, tasks, rollout_context(config, make_env, generator, tokenizer))
+    records, summaries = [], []
+    for each_config, make_env in zip(configs, make_envs):
+        tasks = held_out_tasks(each_config, make_env())
+        context = rollout_context(each_config, make_env, generator, tokenizer)
+        record, summary, _ = evaluate_held_out(each_config, tasks, context)
+        records.append(record)
+        summaries.append(summary)
+    if key:
+        record = {"each": key, "evaluations": [{"value": v, **r} for v, r in zip(values, records)]}
+        summary = {"each": key, "evaluations": [{"value": v, **r} for v, r in zip(values, summaries)]}
+        typer.echo(each_table(key, values, summaries), err=True)
     made = out is None or not out.exists()
     out_dir = out or new_run_dir(
         config.model_copy(

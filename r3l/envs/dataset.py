@@ -47,6 +47,8 @@ class DatasetEnv(SingleTurnEnv):
         "reward_fn": "instead of a verifier: 'package.module:function' or 'file.py:function' with TRL's signature",
         "success_threshold": "with reward_fn: the reward that counts as a success",
         "test_fraction": "share of the rows held out for evaluation when the data has no test split",
+        "test_path": "a file (or dataset) whose rows, all of them, are the test split; `path` is then trained on "
+        "whole (a paper's test sets, each evaluated on its own: `r3l eval --each env.args.test_path=A,B`)",
         "seed": "the seed of that split",
         "reveal_answer_in_feedback": "say the reference answer in the feedback after a wrong answer (off by default: "
         "strategies that show the feedback to the model would hand it the answer)",
@@ -63,6 +65,7 @@ class DatasetEnv(SingleTurnEnv):
         reward_fn: str | None = None,
         success_threshold: float = 1.0,
         test_fraction: float = 0.1,
+        test_path: str | None = None,
         seed: int = 0,
         reveal_answer_in_feedback: bool = False,
     ):
@@ -91,6 +94,7 @@ class DatasetEnv(SingleTurnEnv):
             answer_required=self._reward_fn is None,
             test_fraction=test_fraction,
             seed=seed,
+            test_source=None if test_path is None else (str(test_path), file_stamp(str(test_path))),
         )
 
     def tasks(self, split: str) -> Sequence[Task]:
@@ -127,9 +131,14 @@ def load_tasks(
     answer_required: bool,
     test_fraction: float,
     seed: int,
+    test_source: tuple[str, tuple[int, int] | None] | None = None,
 ) -> dict[str, tuple[Task, ...]]:
-    """Read, check and split the rows; `stamp` (the file's mtime and size) makes an edited file reload."""
+    """Read, check and split the rows; `stamp` (the file's mtime and size) makes an edited file reload;
+    `test_source` (a path and its stamp): every row of it is the test split, and `path`'s rows all train."""
     splits = load_rows(path)
+    if test_source is not None:
+        given = load_rows(test_source[0], "env.args.test_path")
+        splits = {"train": [row for rows in splits.values() for row in rows], "test": given.get("test", given["train"])}
     needed = [prompt_column, answer_column] if answer_required else [prompt_column]
     for rows in splits.values():
         check_rows(rows, needed, prompt_column)
@@ -157,12 +166,12 @@ def file_stamp(path: str) -> tuple[int, int] | None:
     return status.st_mtime_ns, status.st_size
 
 
-def load_rows(path: str) -> dict[str, list[Row]]:
+def load_rows(path: str, setting: str = "env.args.path") -> dict[str, list[Row]]:
     """Rows per source split: {'train': [...]} for files; a dataset's own splits for Hugging Face data."""
     file = Path(path)
     if file.suffix in FILE_TYPES:
         if not file.is_file():
-            raise UserError(f"data file '{path}' not found; check env.args.path")
+            raise UserError(f"data file '{path}' not found; check {setting}")
         readers = {".jsonl": read_jsonl, ".json": read_json, ".parquet": read_parquet}
         return {"train": readers[file.suffix](file, path)}
     if file.is_file():
