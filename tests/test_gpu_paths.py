@@ -84,3 +84,27 @@ def test_idle_ranks_outlast_the_collective_timeout_between_commands(tiny):
     finally:
         group.close()
     assert all(not process.is_alive() for process in group.processes)
+
+
+def test_a_lora_checkpoint_merges_on_the_host_as_merge_and_unload_does(tiny):
+    """The checkpoint's plain model: each adapted layer's weight plus its delta, out of place (no second model on
+    the device, the policy's frozen weights untouched), equal to PEFT's merge_and_unload."""
+    import copy
+
+    from r3l.config import LoraConfig
+    from r3l.learner.learner import apply_lora
+
+    model, _ = tiny
+    policy = apply_lora(copy.deepcopy(model).float(), LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0))
+    with torch.no_grad():
+        noise = torch.Generator().manual_seed(0)
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:  # B starts at zero: give the adapter a delta to merge
+                parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.1)
+    before = {name: tensor.clone() for name, tensor in policy.state_dict().items()}
+    merged = checkpoint.merged_on_host(policy)
+    expected = copy.deepcopy(policy).merge_and_unload().state_dict()
+    assert merged.keys() == expected.keys() and all(t.device.type == "cpu" for t in merged.values())
+    assert all(torch.allclose(merged[key], expected[key], atol=1e-6) for key in expected)
+    assert any(not torch.equal(merged[key], model.state_dict()[key]) for key in merged)  # the deltas are in
+    assert all(torch.equal(tensor, before[name]) for name, tensor in policy.state_dict().items())

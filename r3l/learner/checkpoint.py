@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 import shutil
@@ -45,6 +44,32 @@ def restore_rng(state: dict[str, Any]) -> None:
 
 def is_lora(model) -> bool:
     return hasattr(model, "peft_config")
+
+
+@torch.no_grad()
+def merged_on_host(model) -> dict[str, torch.Tensor]:
+    """The weights `merge_and_unload` would give a LoRA policy, on the host: each adapted layer's base weight plus
+    its adapters' delta, out of place, so neither a second model on the device nor a merge into the policy's own
+    (frozen) weights, which an unmerge would not restore bit for bit."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    deltas: dict[str, torch.Tensor] = {}
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer) and not module.merged:
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    delta = module.get_delta_weight(adapter)
+                    key = f"{name}.weight"
+                    deltas[key] = deltas[key] + delta if key in deltas else delta
+    merged = {}
+    for name, tensor in base.state_dict().items():
+        if "lora_" in name:
+            continue
+        plain = name.replace(".base_layer", "")
+        value = tensor + deltas[plain].to(tensor.dtype) if plain in deltas else tensor
+        merged[plain] = value.detach().to("cpu", copy=True)
+    return merged
 
 
 STATE_FILE = "state.pt"  # written last: a checkpoint folder with it is complete
@@ -91,7 +116,7 @@ def save_checkpoint(
         partial.mkdir(parents=True)
         if is_lora(model):
             model.save_pretrained(partial / "adapter")
-            copy.deepcopy(model).merge_and_unload().save_pretrained(partial / "model")
+            model.get_base_model().save_pretrained(partial / "model", state_dict=merged_on_host(model))
         else:
             model.save_pretrained(partial / "model")
         failpoint("checkpoint_model_written")
