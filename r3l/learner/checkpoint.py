@@ -56,10 +56,11 @@ def merged_on_host(model) -> dict[str, torch.Tensor]:
     base = model.get_base_model()
     deltas: dict[str, torch.Tensor] = {}
     for name, module in base.named_modules():
+        layer: Any = module  # a LoraLayer's subclasses (Linear, Embedding, ...) compute their delta
         if isinstance(module, LoraLayer) and not module.merged:
             for adapter in module.active_adapters:
                 if adapter in module.lora_A:
-                    delta = module.get_delta_weight(adapter)
+                    delta = layer.get_delta_weight(adapter)
                     key = f"{name}.weight"
                     deltas[key] = deltas[key] + delta if key in deltas else delta
     merged = {}
