@@ -142,7 +142,9 @@ class Trainer:
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
 
-            self.learner: Learner | LearnerGroup = LearnerGroup(config, self.model, self.parts.tokenizer, ref_model)
+            self.learner: Learner | LearnerGroup = LearnerGroup(
+                config, self.model, self.parts.tokenizer, ref_model, self.placement.learner
+            )
         else:
             self.learner = make_learner(config, self.model, self.parts.tokenizer, ref_model)
         self.step = 0
@@ -444,7 +446,7 @@ class Trainer:
 def layout(config: Config, placement: Placement) -> dict[str, Any]:
     """The resolved device, dtypes and placement of every process (the start-up log and summary.json)."""
     return {
-        "device": str(resolve_device(config.model.device)),
+        "device": placement.learner[0],  # rank 0's: the training process's own
         "torch_cuda": torch.version.cuda,
         "policy_dtype": config.model.dtype,
         "autocast_bf16": autocast_bf16(config),

@@ -75,7 +75,7 @@ def test_idle_ranks_outlast_the_collective_timeout_between_commands(tiny):
             "model.autocast_bf16=false",
         ],
     )
-    group = LearnerGroup(config, model.float(), tokenizer, None)
+    group = LearnerGroup(config, model.float(), tokenizer, None, ["cpu", "cpu"])
     try:
         time.sleep(9.0)
         batch = experiences(model.config.vocab_size)

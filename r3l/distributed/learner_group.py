@@ -25,7 +25,6 @@ import torch.multiprocessing as mp
 
 from r3l.config import Config
 from r3l.distributed.fsdp import RankGroup
-from r3l.distributed.placement import rank_devices
 from r3l.errors import RunStopped
 
 
@@ -173,13 +172,12 @@ def serve_rank(rank: int, devices: list[str], config_json: dict, port: int, time
 class LearnerGroup:
     """Rank 0's learner: the Learner interface the trainer uses, over all ranks."""
 
-    def __init__(self, config: Config, model, tokenizer, ref_model):
+    def __init__(self, config: Config, model, tokenizer, ref_model, devices: Sequence[str]):
+        """`devices`: each rank's, as the run's placement planned them (distributed/placement.py)."""
         settings = config.distributed
         self.world = settings.learner_ranks
         self.model = model
-        device = next(model.parameters()).device
-        count = torch.cuda.device_count() if device.type == "cuda" else 0
-        devices = rank_devices(str(device) if device.index is None else f"cuda:{device.index}", self.world, count)
+        devices = list(devices)
         port = free_port()
         context = mp.get_context("spawn")
         arguments = (devices, config.model_dump(mode="json"), port, settings.worker_timeout_s)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from r3l.config import Config, GeneratorConfig
@@ -47,10 +48,15 @@ def rank_devices(device: str, world: int, device_count: int) -> list[str]:
     return [f"cuda:{first + rank}" for rank in range(world)]
 
 
+def learner_gpus(learner: Sequence[str]) -> tuple[int, ...]:
+    """The GPU indices the learner ranks use (none where they are on the CPU)."""
+    return tuple(int(device.partition(":")[2] or 0) for device in learner if device.startswith("cuda"))
+
+
 def worker_gpu_pool(learner: tuple[str, ...], workers: int, worker_gpus: float, device_count: int) -> tuple[int, ...]:
     """The GPUs a local Ray may hand rollout workers: every GPU the learner leaves; too few is refused (a local
     Ray would otherwise hand a worker the learner's)."""
-    used = {int(device.partition(":")[2] or 0) for device in learner if device.startswith("cuda")}
+    used = set(learner_gpus(learner))
     free = tuple(index for index in range(device_count) if index not in used)
     needed = math.ceil(workers * worker_gpus - 1e-9)
     if needed > len(free):

@@ -15,6 +15,7 @@ from r3l.config import Config
 from r3l.distributed.placement import (
     Placement,
     colliding_workers,
+    learner_gpus,
     physical_gpu_ids,
     plan_for,
     worker_config,
@@ -130,7 +131,7 @@ class RolloutPool:
         refused in one line."""
         if self.placement.worker_device != "cuda" or self.placement.ray_gpus is not None:
             return
-        indices = tuple(int(d.partition(":")[2] or 0) for d in self.placement.learner if d.startswith("cuda"))
+        indices = learner_gpus(self.placement.learner)
         if not indices:
             return
         assigned = self._wait([worker.gpus.remote() for worker in self.workers], "GPU lookup")
