@@ -3,14 +3,15 @@
 failed=0
 rows=()
 
-# part NAME EXPECT COMMAND...: EXPECT is "ok" (exit 0) or "refused" (exit 2 and one line on stderr)
+# part NAME EXPECT COMMAND...: EXPECT is "ok" (exit 0) or "refused" (exit 2 and one line on stderr); a part runs at
+# most PART_TIMEOUT seconds (0, the default: no limit) and is then stopped and counted as failed (rc 124)
 part() {
   local name=$1 expect=$2 slug rc started result
   shift 2
   slug=$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '_')
   started=$(date +%s)
   echo "== $name"
-  "$@" > "$OUT/$slug.log" 2> "$OUT/$slug.err"
+  timeout "${PART_TIMEOUT:-0}" "$@" > "$OUT/$slug.log" 2> "$OUT/$slug.err"
   rc=$?
   tail -n 3 "$OUT/$slug.err"
   result=failed

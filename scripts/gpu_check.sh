@@ -11,12 +11,12 @@
 # with a GPU share where the learner leaves one (weights over NCCL), else refused in one line; each
 # examples/layout_*.yaml for 2 steps at the Qwen2.5-1.5B shape (random weights); vLLM colocated sleep/wake with the
 # memory each phase holds; a GPU checkpoint resumed on the CPU; the default job learning on CUDA.
-# The last lines are one table, part | result | seconds. Exit status: the number of failed parts.
+# PART_TIMEOUT (seconds, default 300) stops a part that hangs. The last lines are one table, part | result | seconds. Exit status: the number of failed parts.
 set -u
 OUT=${1:-gpu-check}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} PART_TIMEOUT=${PART_TIMEOUT:-300}
 source "$(dirname "$0")/check_parts.sh"  # part, summary: each part counted by its own exit status
 
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.device_count(), \
@@ -29,6 +29,12 @@ QWEN="model=random:qwen2.5-1.5b"
 part "cuda tests" ok $PY -m pytest -q -m cuda tests/test_cuda.py tests/test_rollout_workers.py -p no:cacheprovider
 part "learner ranks: 1 rank on cuda" ok $PY -m r3l.cli train model=tiny-random model.device=cuda $TWO_STEPS \
   run.dir="$OUT" run.name=rank1
+part "a GPU run's checkpoint: 2 steps on cuda" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
+  $TWO_STEPS train.steps=2 train.checkpoint_every=1 train.keep_optimizer=true run.dir="$OUT" run.name=resume
+part "... resumed on the CPU for a third step" ok env CUDA_VISIBLE_DEVICES= $PY -m r3l.cli train \
+  --resume "$OUT/resume" model.device=cpu train.steps=3
+part "default job on cuda learns" ok bash -c "$PY -m r3l.cli train model.device=cuda run.dir=$OUT \
+  run.name=default-cuda logging.progress=false && $PY scripts/check_run.py $OUT/default-cuda"
 if [ "$GPUS" -ge 2 ]; then
   part "learner ranks: 2 ranks on 2 GPUs" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
     distributed.learner_ranks=2 $TWO_STEPS run.dir="$OUT" run.name=rank2
@@ -51,10 +57,21 @@ if $PY -c "import ray" 2>/dev/null; then
 else
   rows+=("ray is not installed here: rollout workers not checked")
 fi
-for layout in examples/layout_*.yaml; do
+HAVE_RAY=$($PY -c "import ray" 2>/dev/null && echo 1 || echo 0)
+HAVE_VLLM=$($PY -c "import vllm" 2>/dev/null && echo 1 || echo 0)
+for layout in examples/layout_*.yaml; do  # each as far as this machine allows, the substitutions named in its row
   name=$(basename "$layout" .yaml)
-  part "$name, 2 steps at the 1.5B shape" ok $PY -m r3l.cli train "$layout" $QWEN model.device=cuda env=countdown \
-    agent.max_context_tokens=2048 distributed.ray_address=null $TWO_STEPS run.dir="$OUT" run.name="$name"
+  if grep -q "rollout_workers: *[1-9]" "$layout" && [ "$HAVE_RAY" = 0 ]; then
+    rows+=("$name: not checked, its rollout workers need Ray"); continue
+  fi
+  extra=() notes=""
+  if grep -q "name: vllm" "$layout" && [ "$HAVE_VLLM" = 0 ]; then extra+=(generator=hf); notes+=", hf generator (no vLLM)"; fi
+  if grep -q "learner_ranks: *[2-9]" "$layout" && [ "$GPUS" -lt 2 ]; then
+    extra+=(distributed.learner_ranks=1); notes+=", 1 learner rank (1 GPU)"
+  fi
+  part "$name, 2 steps at the 1.5B shape$notes" ok $PY -m r3l.cli train "$layout" $QWEN model.device=cuda \
+    env=countdown agent.max_context_tokens=2048 distributed.ray_address=null "${extra[@]}" $TWO_STEPS \
+    run.dir="$OUT" run.name="$name"
 done
 if $PY -c "import vllm" 2>/dev/null && [ "$GPUS" -ge 2 ]; then
   part "vllm beside 2 learner ranks (engine in its own process)" ok $PY -m r3l.cli train model=tiny-random \
@@ -66,11 +83,5 @@ if $PY -c "import vllm" 2>/dev/null; then
 else
   rows+=("vLLM is not installed here: sleep/wake not measured")
 fi
-part "a GPU run's checkpoint: 2 steps on cuda" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
-  $TWO_STEPS train.steps=2 train.checkpoint_every=1 train.keep_optimizer=true run.dir="$OUT" run.name=resume
-part "... resumed on the CPU for a third step" ok env CUDA_VISIBLE_DEVICES= $PY -m r3l.cli train \
-  --resume "$OUT/resume" model.device=cpu train.steps=3
-part "default job on cuda learns" ok bash -c "$PY -m r3l.cli train model.device=cuda run.dir=$OUT \
-  run.name=default-cuda logging.progress=false && $PY scripts/check_run.py $OUT/default-cuda"
 summary | tee "$OUT/summary.txt"
 exit $failed

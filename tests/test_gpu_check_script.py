@@ -39,3 +39,20 @@ def test_the_gpu_check_is_valid_bash_and_counts_with_check_parts():
     text = script.read_text()
     assert 'source "$(dirname "$0")/check_parts.sh"' in text and "exit $failed" in text
     assert not re.search(r"^\s*part .*\|\s*tee", text, re.MULTILINE)  # a pipeline's status would hide a failure
+
+
+def test_a_part_that_hangs_is_stopped_at_its_limit_and_counted_as_failed(tmp_path):
+    script = f"""
+OUT={tmp_path}
+PART_TIMEOUT=1
+source {PARTS}
+part "hangs" ok sleep 30
+part "quick" ok true
+summary
+exit $failed
+"""
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {cell[0].strip(): cell[1].strip() for cell in (line.split("|") for line in result.stdout.splitlines())
+            if len(cell) > 2}
+    assert rows["hangs"] == "failed (rc 124)" and rows["quick"] == "passed (rc 0)"
