@@ -53,6 +53,9 @@ exit $failed
 """
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stdout + result.stderr
-    rows = {cell[0].strip(): cell[1].strip() for cell in (line.split("|") for line in result.stdout.splitlines())
-            if len(cell) > 2}
+    rows = {
+        cell[0].strip(): cell[1].strip()
+        for cell in (line.split("|") for line in result.stdout.splitlines())
+        if len(cell) > 2
+    }
     assert rows["hangs"] == "failed (rc 124)" and rows["quick"] == "passed (rc 0)"

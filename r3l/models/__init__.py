@@ -78,7 +78,9 @@ def load_pretrained(source: str, dtype: torch.dtype, local_only: bool):
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
         # use_kernels=False: the model's own torch layers, never layers fetched from the Hub as it loads (transformers
         # 5 turns them on where the `kernels` package is installed; offline GPU machines then fail to load)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=local_only, use_kernels=False)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, local_files_only=local_only, use_kernels=False
+        )
     except OSError as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserError(f"cannot load model '{source}': {first_line}") from None

@@ -24,7 +24,9 @@ def convert_gguf(folder: Path, gguf_file: str, target: Path, alias: str) -> None
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32, use_kernels=False)
+    quantized = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=gguf_file, dtype=torch.float32, use_kernels=False
+    )
     config = AutoConfig.for_model(**{k: v for k, v in quantized.config.to_dict().items() if k != "quantization_config"})
     config.name_or_path = alias
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
