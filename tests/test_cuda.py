@@ -116,3 +116,36 @@ def test_static_and_compiled_decoding_equal_the_dynamic_loop_on_cuda(cuda_tiny, 
     for _ in range(2):  # the second call replays what the first captured
         got = generator.generate(prompts, params, n=2)
         assert [[c.tokens for c in row] for row in got] == [[c.tokens for c in row] for row in expected]
+
+
+def r3l_sync_sites(learner, experiences) -> list[str]:
+    """Where r3l's own code waited for the GPU during one update (torch's sync debug mode names each caller)."""
+    import warnings
+
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            learner.update(experiences)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return [f"{w.filename.split('/r3l/')[-1]}:{w.lineno}" for w in caught if "/r3l/" in w.filename]
+
+
+def test_the_learner_waits_for_the_gpu_per_pass_not_per_micro_batch(cuda_tiny):
+    """Issue 35 #8: metric sums stay on the device and are read once per pass, trained positions and forward work
+    are found on the host, batches go over from pinned memory; so r3l's own waits do not grow with micro-batches
+    (transformers' forward may wait on its own: not counted)."""
+    model, tokenizer = cuda_tiny
+    experiences = unequal_prefix_batch(model.config.vocab_size)
+    sites = {}
+    for size in (8, 2):
+        learner = Learner(
+            copy.deepcopy(model), tokenizer, AlgorithmConfig(), TrainConfig(micro_batch_size=size), temperature=1.0
+        )
+        learner.update(experiences)  # the first update's one-time work (optimizer state) aside
+        sites[size] = r3l_sync_sites(learner, experiences)
+    print(sites)
+    assert len(sites[2]) == len(sites[8]), sites
+    assert len(sites[8]) <= 3, sites

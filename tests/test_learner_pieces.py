@@ -1,6 +1,7 @@
 """Pure learner helpers: batching alignment, micro-batches, schedules, task sampling, Wilson intervals."""
 
 import pytest
+import torch
 
 from r3l.algorithms import assign_advantages
 from r3l.envs import Task
@@ -104,3 +105,12 @@ def test_older_checkpoints_keep_weights_but_not_the_optimizer_state(tiny, tmp_pa
     assert load_trainer_state(latest_checkpoint(tmp_path))["optimizer"] == state["optimizer"]
     with pytest.raises(UserError, match="has no optimizer.pt"):
         load_trainer_state(tmp_path / "checkpoints" / "step_000002")
+
+
+def test_host_floats_reads_tensors_in_place_and_keeps_floats():
+    from r3l.learner.device_sums import host_floats, sums_on_host
+
+    values = [1.5, torch.tensor(2.0), torch.tensor(3, dtype=torch.int64), 0.0, torch.tensor(-1.0, dtype=torch.bfloat16)]
+    assert host_floats(values) == [1.5, 2.0, 3.0, 0.0, -1.0]
+    assert host_floats([]) == [] and host_floats([4.0]) == [4.0]
+    assert sums_on_host({"a": torch.tensor(0.25), "b": 2.0}) == {"a": 0.25, "b": 2.0}

@@ -31,11 +31,14 @@ def _check(logprobs: torch.Tensor, mask: torch.Tensor, **others: torch.Tensor | 
         raise ValueError(f"mask {tuple(mask.shape)} must have the shape of logprobs {tuple(logprobs.shape)}")
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    return float(aggregate(values.detach().float(), mask, "token-mean"))
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A metric's token mean, left on the device (the learner reads its sums once per update)."""
+    return aggregate(values.detach().float(), mask, "token-mean")
 
 
-def _off_policy_metrics(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+def _off_policy_metrics(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         log_ratio = (logprobs - old_logprobs).float().clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
         ratio = log_ratio.exp()
@@ -57,7 +60,7 @@ def ppo_clip(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     dual_clip: float | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO/GRPO clipped surrogate: -min(r*A, clip(r, 1-clip_low, 1+clip_high)*A), r = exp(logp - old_logp).
 
     ``clip_high`` > ``clip_low`` is DAPO's clip-higher. ``dual_clip`` = c > 1 (Dual-clip PPO) caps
@@ -99,7 +102,7 @@ def gspo(
     denominator: float | None = None,
     clip_low: float = 3e-4,
     clip_high: float = 4e-4,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GSPO (Zheng et al. 2025, arXiv 2507.18071): one importance ratio per sequence, length-normalised,
     s = exp(mean over the sequence's trained tokens of (logp - old_logp)), clipped per sequence:
     -min(s*A, clip(s, 1-clip_low, 1+clip_high)*A), averaged over sequences (`seq-mean-token-mean`, the paper's).
@@ -140,7 +143,7 @@ def policy_shaping(
     aggregation: str = "token-mean",
     denominator: float | None = None,
     gamma: float = 0.1,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Policy shaping for off-policy tokens (LUFFY, arXiv 2504.14945; Critique-GRPO's refinements, arXiv
     2506.03106): aggregate(-A * f(p)), f(p) = p / (p + gamma), p = exp(logp). No ratio to a behaviour policy and no
     clip: the refinement was sampled under a critique the trained context does not hold. f's gradient,
@@ -168,7 +171,7 @@ def opmd(
     aggregation: str = "token-mean",
     denominator: float | None = None,
     tau: float = 1.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """R3L / OPMD: aggregate(-A * logp) / (1 + tau); no importance ratio, no clipping.
 
     ``old_logprobs`` is only used for the ``ratio_mean``/``approx_kl`` diagnostics and may be None.
@@ -191,7 +194,7 @@ def sft(
     aggregation: str = "token-mean",
     denominator: float | None = None,
     weighted: bool = False,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Negative log-likelihood aggregate(-logp); with ``weighted=True``, aggregate(-A * logp) (RAFT).
 
     ``advantages`` is ignored unless weighted; ``old_logprobs`` only feeds diagnostics. Both may be None.

@@ -43,24 +43,25 @@ def masked_importance_weights(log_ratio: torch.Tensor, threshold: float) -> torc
 
 def mismatch_sums(
     learner_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor, band: float
-) -> dict[str, float]:
+) -> dict[str, torch.Tensor]:
     """Sums over the masked tokens, to be divided by their count (``tokens``) once every micro-batch is in:
     ``gap`` |log pi - log mu|, ``kl`` the k3 estimate of KL(mu || pi) (tokens were sampled from mu, so
     E_mu[(r - 1) - log r] with r = pi / mu, >= 0 per token), ``outside`` tokens whose ratio leaves
-    [1/band, band]; ``gap_max`` is a maximum, not a sum."""
+    [1/band, band]; ``gap_max`` is a maximum, not a sum. 0-dim tensors on the inputs' device, computed by
+    masking rather than selecting (a selection's size is read from the device)."""
     with torch.no_grad():
-        selected = mask > 0
-        log_ratio = (learner_logprobs.float() - behaviour_logprobs.float())[selected]
-        if log_ratio.numel() == 0:
-            return {"tokens": 0.0, "gap": 0.0, "kl": 0.0, "outside": 0.0, "gap_max": 0.0}
-        ratio = _ratio(log_ratio)
+        chosen = mask > 0
+        selected = chosen.float()
+        log_ratio = torch.where(chosen, learner_logprobs.float() - behaviour_logprobs.float(), 0.0)
+        ratio = _ratio(log_ratio)  # 1 where not selected: adds nothing to either sum below
         clamped = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        gap = log_ratio.abs()
         return {
-            "tokens": float(log_ratio.numel()),
-            "gap": float(log_ratio.abs().sum()),
-            "kl": float(((ratio - 1) - clamped).sum()),
-            "outside": float(((ratio > band) | (ratio < 1 / band)).sum()),
-            "gap_max": float(log_ratio.abs().max()),
+            "tokens": selected.sum(),
+            "gap": gap.sum(),
+            "kl": ((ratio - 1) - clamped).sum(),
+            "outside": (((ratio > band) | (ratio < 1 / band)).float() * selected).sum(),
+            "gap_max": gap.max() if gap.numel() else gap.new_zeros(()),
         }
 
 

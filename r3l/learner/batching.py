@@ -169,6 +169,16 @@ def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dic
     return batch
 
 
+def trained_positions(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, columns) of the targets that are trained, row-major as boolean indexing by the loss mask gives them;
+    taken from `trained_rows`/`trained_cols` where the collated batch carries them (found on the host, so that
+    indexing by them on a GPU waits for nothing)."""
+    if "trained_rows" in batch:
+        return batch["trained_rows"], batch["trained_cols"]
+    rows, cols = (batch["loss_mask"] > 0).nonzero(as_tuple=True)
+    return rows, cols
+
+
 def forward_work(batch: dict[str, torch.Tensor]) -> dict[str, int]:
     """What one collated micro-batch costs the model, counted from its masks: real positions run through
     the decoder (a shared prefix once), causal (query, key) pairs among them, positions including

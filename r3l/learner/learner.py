@@ -24,8 +24,10 @@ from r3l.learner.batching import (
     micro_batches,
     prefix_micro_batches,
     shared_prefix_length,
+    trained_positions,
 )
 from r3l.learner.checkpoint import OPTIMIZER_FILE
+from r3l.learner.device_sums import Sums, host_floats, sums_on_host
 from r3l.learner.ranks import OneProcess, Ranks, backward_adding_nothing
 from r3l.learner.schedule import make_scheduler
 from r3l.models.cache import cache_of, with_cache
@@ -63,7 +65,7 @@ class MaskedLogits(torch.nn.Module):
         self.policy = policy
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        selected = batch["loss_mask"] > 0
+        selected = trained_positions(batch)
         decoder, head = split_head(self.policy)
         if decoder is None:
             return self.policy(
@@ -203,19 +205,20 @@ class Learner:
         """Per-target log-probabilities [B, T-1] (zero where untrained) and the masked logits; a token sampled
         under a constraint is scored among the tokens its constraint allowed there."""
         logits = self._masked_logits(model, batch)
-        selected = batch["loss_mask"] > 0
+        selected = trained_positions(batch)
         if "allowed_index" in batch:
             logits = constrain_logits(logits, batch["allowed_index"][selected], batch["allowed_table"])
         values = token_logprobs(logits[None], batch["targets"][selected][None], self.temperature)[0]
         full = torch.zeros(batch["loss_mask"].shape, dtype=values.dtype, device=values.device)
-        full = full.index_put((selected.nonzero(as_tuple=True)), values)
+        full = full.index_put(selected, values)
         return full, logits
 
     def _old_logprobs(self, experiences, batches, stand_in) -> list[torch.Tensor | None]:
         old = []
         with torch.no_grad():
             for mb in batches:  # a None (another rank's turn) still runs, since a sharded forward is a collective
-                values = self._logprobs(self.model, self._collate([experiences[i] for i in mb or stand_in]))[0]
+                batch, _ = self._collate([experiences[i] for i in mb or stand_in])
+                values = self._logprobs(self.model, batch)[0]
                 old.append(values if mb is not None else None)
         return old
 
@@ -234,12 +237,20 @@ class Learner:
             and all(shared_prefix_length(e) > 0 for e in experiences)
         )
 
-    def _collate(self, experiences: Sequence[Experience]) -> dict[str, torch.Tensor]:
+    def _collate(self, experiences: Sequence[Experience]) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+        """The micro-batch on the learner's device, with its trained positions and its forward work counted on
+        the host first (read on the device, each would wait for it)."""
         if self._share_prefix(experiences):
             batch = collate_shared_prefix(experiences, self.pad_id)
         else:
             batch = collate(experiences, self.pad_id)
-        return {name: tensor.to(self.device) for name, tensor in batch.items()}
+        batch["trained_rows"], batch["trained_cols"] = (batch["loss_mask"] > 0).nonzero(as_tuple=True)
+        work = forward_work(batch)
+        pinned = self.device.type == "cuda"  # a copy from pinned memory is queued, not waited for
+        return {
+            name: (tensor.pin_memory() if pinned else tensor).to(self.device, non_blocking=pinned)
+            for name, tensor in batch.items()
+        }, work
 
     def _denominator(self, experiences: Sequence[Experience]) -> float:
         if self.algorithm.aggregation == "token-mean":
@@ -280,7 +291,7 @@ class Learner:
         if not trained:
             return {"trained_tokens": 0.0}
         plan = self._plan(trained, behaviour_logprobs)
-        sums: dict[str, float] = defaultdict(float)
+        sums: Sums = defaultdict(float)
         self.model.train()
         finite, passes = self._passes(plan, sums)
         self.nonfinite_streak = 0 if finite else self.nonfinite_streak + 1
@@ -307,48 +318,54 @@ class Learner:
                 part.stored_old = self._old_logprobs(part.members, part.batches, part.stand_in)
         return plan
 
-    def _passes(self, plan: UpdatePlan, sums: dict[str, float]) -> tuple[bool, int]:
+    def _passes(self, plan: UpdatePlan, sums: Sums) -> tuple[bool, int]:
         """`updates_per_batch` optimizer steps over the plan; the first non-finite one drops its gradients and
         ends the update (on every rank alike). Returns whether every pass was finite and how many ran."""
         finite, passes = True, 0
         for index in range(self.algorithm.updates_per_batch):
             passes = index + 1
             self.optimizer.zero_grad(set_to_none=True)
-            for part in plan.parts:
-                finite &= self._accumulate_part(part, plan, sums, first_pass=index == 0)
-            finite = self.ranks.all_true(finite)  # every rank steps, or none does
-            finite &= self._clip_gradients(sums)
+            loss = sum((self._accumulate_part(part, plan, sums, first_pass=index == 0) for part in plan.parts), 0.0)
+            norm = self._clip_gradients()  # global on sharded ranks, so each rank reads the same
+            loss_value, grad_norm = host_floats([loss, norm])  # the pass's one wait for the device
+            sums["loss"] += loss_value
+            sums["grad_norm"] += grad_norm
+            finite = self.ranks.all_true(finite and math.isfinite(loss_value))  # every rank steps, or none does
+            finite &= math.isfinite(grad_norm)
             if not finite:  # never applied: the gradients are dropped, nothing steps
                 self.optimizer.zero_grad(set_to_none=True)
                 break
             self.optimizer.step()
         return finite, passes
 
-    def _accumulate_part(self, part: LossPart, plan: UpdatePlan, sums: dict[str, float], first_pass: bool) -> bool:
-        finite = True
+    def _accumulate_part(self, part: LossPart, plan: UpdatePlan, sums: Sums, first_pass: bool) -> Any:
+        """Add the part's micro-batches' gradients; their summed loss, a tensor not yet read."""
+        loss: Any = 0.0
         for index, mb in enumerate(part.batches):
-            batch = self._collate([part.members[i] for i in mb or part.stand_in])
+            batch, work = self._collate([part.members[i] for i in mb or part.stand_in])
             if part.stored_old is not None:
                 old = part.stored_old[index]
             else:
                 old = batch["gen_logprobs"] if plan.behaviour_is_old else None
-            finite &= self._accumulate(batch, old, part, plan.kl_denominator, sums, first_pass, counted=mb is not None)
-        return finite
+            loss = loss + self._accumulate(batch, old, part, plan.kl_denominator, sums, first_pass, mb is not None)
+            if mb is not None:
+                for key, value in work.items():
+                    sums[f"work:{key}"] += value
+        return loss
 
-    def _clip_gradients(self, sums: dict[str, float]) -> bool:
-        """Clip the gradient norm (a skipped experience still counts as zero gradients); whether it is finite."""
+    def _clip_gradients(self) -> torch.Tensor:
+        """Clip the gradient norm (a skipped experience still counts as zero gradients); the norm, not yet read."""
         for parameter in self.model.parameters():
             if parameter.requires_grad and parameter.grad is None:
                 parameter.grad = torch.zeros_like(parameter)
         norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], self.train.grad_clip
         )
-        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # sharded: a DTensor
-        sums["grad_norm"] += grad_norm
-        return math.isfinite(grad_norm)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # sharded: a DTensor
 
-    def _metrics(self, plan: UpdatePlan, sums: dict[str, float], finite: bool, passes: int) -> dict[str, float]:
+    def _metrics(self, plan: UpdatePlan, device_sums: Sums, finite: bool, passes: int) -> dict[str, float]:
         """The update's metrics, summed over ranks (the grad norm is already global)."""
+        sums = sums_on_host(device_sums)
         gap_max = self.ranks.max(sums.pop("max:generator_logprob_gap", 0.0))
         grad_norm = sums.pop("grad_norm", 0.0)
         sums = defaultdict(float, self.ranks.sum(sums))
@@ -379,14 +396,14 @@ class Learner:
         old_logprobs,
         part: LossPart,
         kl_denominator: float,
-        sums: dict[str, float],
+        sums: Sums,
         first_pass: bool,
         counted: bool = True,
-    ) -> bool:
-        """Add one micro-batch's gradient; `sums` collects the loss, KL and token-weighted metrics
-        (keys "<prefix>token:<name>", divided by "<prefix>tokens" at the end). False when the loss is not
-        finite (the update then drops every gradient). On sharded ranks a backward always runs (it is a
-        collective): with weight zero for a stand-in micro-batch (`counted=False`), which adds nothing."""
+    ) -> Any:
+        """Add one micro-batch's gradient and return its loss (detached, not read: a non-finite one drops the
+        whole update, `_passes`); `sums` collects the KL and token-weighted metrics (keys "<prefix>token:<name>",
+        divided by "<prefix>tokens" at the end). On sharded ranks a backward always runs (it is a collective):
+        with weight zero for a stand-in micro-batch (`counted=False`), which adds nothing and returns 0."""
         logprobs, logits = self._logprobs(self.model, batch)
         old = old_logprobs if old_logprobs is not None else logprobs.detach()
         advantages = self._corrected_advantages(batch, old, part, sums, record=first_pass and counted)
@@ -401,20 +418,14 @@ class Learner:
         )
         if not counted:  # the policy's forward and backward are the collectives; the unsharded reference is not
             backward_adding_nothing(loss)
-            return True
+            return 0.0
         loss = loss + self._kl_term(batch, logprobs, kl_denominator, sums)
-        # the backward queued before the loss is read (on a GPU .item() waits for the device): a non-finite
-        # loss's gradients are dropped with the whole update (`_passes`), so its backward changes nothing
         (loss * self.ranks.backward_scale).backward()
-        sums["loss"] += loss.item()
-        finite = math.isfinite(sums["loss"])
-        for key, work in forward_work(batch).items():
-            sums[f"work:{key}"] += work
         if first_pass:
             self._token_sums(batch, logprobs, logits, loss_metrics, part.prefix, sums)
-        return finite
+        return loss.detach()
 
-    def _corrected_advantages(self, batch, old, part: LossPart, sums: dict[str, float], record: bool):
+    def _corrected_advantages(self, batch, old, part: LossPart, sums: Sums, record: bool):
         """The advantages, weighted by the rollout correction on policy tokens explored in context."""
         advantages = batch["advantages"]
         if self.algorithm.rollout_correction == "none" or part.prefix != "":
@@ -423,12 +434,12 @@ class Learner:
         weights = torch.where(batch["behaviour_in_context"] > 0, weights, torch.ones_like(weights))
         if record:
             mask = batch["loss_mask"]
-            sums["mismatch:weight"] += float((weights * mask).sum())
-            sums["mismatch:dropped"] += float(((weights == 0) & (mask > 0)).sum())
-            sums["mismatch:weight_tokens"] += float(mask.sum())
+            sums["mismatch:weight"] += (weights * mask).sum()
+            sums["mismatch:dropped"] += ((weights == 0) & (mask > 0)).sum()
+            sums["mismatch:weight_tokens"] += mask.sum()
         return advantages * weights
 
-    def _kl_term(self, batch, logprobs, kl_denominator: float, sums: dict[str, float]):
+    def _kl_term(self, batch, logprobs, kl_denominator: float, sums: Sums):
         """kl_coef times the KL to the reference over the micro-batch's trained tokens (0 without a reference)."""
         if self.ref_model is None:
             return 0.0
@@ -440,22 +451,24 @@ class Learner:
             self.algorithm.aggregation,
             kl_denominator,
         )
-        sums["kl"] += kl.item() / self.algorithm.updates_per_batch
+        sums["kl"] += kl.detach() / self.algorithm.updates_per_batch
         return self.algorithm.kl_coef * kl
 
-    def _token_sums(self, batch, logprobs, logits, loss_metrics, prefix: str, sums: dict[str, float]) -> None:
+    def _token_sums(self, batch, logprobs, logits, loss_metrics, prefix: str, sums: Sums) -> None:
         """Token-weighted sums of entropy, generator/learner mismatch and the loss's metrics (first pass only)."""
         mask = batch["loss_mask"]
-        count = float(mask.sum())
+        count = mask.sum()
         sums[f"{prefix}tokens"] += count
         with torch.no_grad():
             entropy = entropy_from_logits(logits.detach()[None], temperature=self.temperature)[0]
-            sums[f"{prefix}token:entropy"] += float((entropy * mask[mask > 0]).sum())
+            sums[f"{prefix}token:entropy"] += (entropy * mask[trained_positions(batch)]).sum()
             in_context = mask * batch["behaviour_in_context"]
             threshold = self.algorithm.rollout_correction_threshold
             for key, value in mismatch_sums(logprobs, batch["gen_logprobs"], in_context, threshold).items():
                 if key == "gap_max":
-                    sums["max:generator_logprob_gap"] = max(sums["max:generator_logprob_gap"], value)
+                    sums["max:generator_logprob_gap"] = torch.maximum(
+                        torch.as_tensor(sums["max:generator_logprob_gap"], device=value.device), value
+                    )
                 else:
                     sums[f"mismatch:{key}"] += value
             for key, value in loss_metrics.items():
