@@ -466,9 +466,8 @@ class Learner:
             threshold = self.algorithm.rollout_correction_threshold
             for key, value in mismatch_sums(logprobs, batch["gen_logprobs"], in_context, threshold).items():
                 if key == "gap_max":
-                    sums["max:generator_logprob_gap"] = torch.maximum(
-                        torch.as_tensor(sums["max:generator_logprob_gap"], device=value.device), value
-                    )
+                    known = sums.get("max:generator_logprob_gap")
+                    sums["max:generator_logprob_gap"] = value if known is None else torch.maximum(known, value)
                 else:
                     sums[f"mismatch:{key}"] += value
             for key, value in loss_metrics.items():
