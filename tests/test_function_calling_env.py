@@ -108,6 +108,7 @@ def test_bad_settings_are_one_line_user_errors(tmp_path):
         (dict(path=str(tmp_path)), "no BFCL data for category 'simple'"),
         (dict(tool_format="json"), "env.args.tool_format must be one of native, prompt"),
         (dict(tag="call"), "env.args.tag='call' needs env.args.tool_format=prompt"),
+        (dict(test_size=10**6), "env.args.test_size=1000000 asks for more tasks than the split has"),
     ]:
         with pytest.raises(UserError) as error:
             FunctionCallingEnv(**kwargs)

@@ -39,6 +39,23 @@ def test_splits_are_webshops_goal_ranges(env):
     assert len(make("webshop", backend=FakeWebShop()).tasks("test")) == 500
 
 
+def test_the_papers_split_and_sizes_larger_than_a_split_are_refused(monkeypatch):
+    assert goal_splits(12087, "paper") == {"train": range(4096), "test": range(4096, 4196)}
+    with pytest.raises(UserError, match="too few for the paper's split"):
+        goal_splits(4195, "paper")
+    monkeypatch.setattr("tests.helpers.fake_webshop.GOALS", 5000)
+    env = make("webshop", backend=FakeWebShop(), split="paper", train_size=5)
+    assert sorted(task.data["goal"] for task in env.tasks("test")) == list(range(4096, 4196))
+    assert all(task.data["goal"] < 4096 for task in env.tasks("train")) and len(env.tasks("train")) == 5
+    with pytest.raises(UserError) as error:
+        make("webshop", backend=FakeWebShop(), test_size=501).tasks("test")
+    assert str(error.value) == (
+        "env.args.test_size=501 asks for more goals than the split has (500); lower it, or set it to null for all 500"
+    )
+    with pytest.raises(UserError, match="env.args.split must be one of webshop, paper"):
+        make("webshop", backend=FakeWebShop(), split="r3l")
+
+
 def test_goal_splits():
     assert goal_splits(12087) == {"test": range(500), "train": range(1500, 12087)}
     assert goal_splits(1501) == {"test": range(500), "train": range(1500, 1501)}

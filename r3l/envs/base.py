@@ -8,6 +8,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from r3l.errors import UserError
 from r3l.grading.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -148,3 +149,12 @@ def chat_tools(task: Task) -> list[dict[str, Any]] | None:
     conversation that starts from a task passes them on (r3l.rollout.chat)."""
     tools = task.data.get("tools")
     return list(tools) if tools else None
+
+
+def check_split_size(setting: str, size: int | None, available: int, unit: str) -> None:
+    """Refuse a size asked of a split larger than the split, rather than cutting it silently (None: all)."""
+    if size is not None and size > available:
+        raise UserError(
+            f"env.args.{setting}={size} asks for more {unit} than the split has ({available}); "
+            f"lower it, or set it to null for all {available}"
+        )

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.base import SingleTurnEnv, Task, Verdict
+from r3l.envs.base import SingleTurnEnv, Task, Verdict, check_split_size
 from r3l.envs.dataset import file_stamp
 from r3l.envs.reply_grammar import tool_call_constraint
 from r3l.errors import UserError
@@ -170,6 +170,8 @@ class FunctionCallingEnv(SingleTurnEnv):
                 )
             self.categories = ()
             splits = load_xlam(str(path), file_stamp(str(path)), seed, test_fraction)
+        check_split_size("train_size", train_size, len(splits["train"]), "tasks")
+        check_split_size("test_size", test_size, len(splits["test"]), "tasks")
         self._tasks = {
             "train": _numbered(splits["train"][:train_size], "train", tool_format),
             "test": _numbered(splits["test"][:test_size], "test", tool_format),

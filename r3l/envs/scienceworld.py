@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.base import Env, StepResult, Task
+from r3l.envs.base import Env, StepResult, Task, check_split_size
 from r3l.envs.games.feedback import episode_feedback
 from r3l.envs.games.java_simulator import close_quietly, kill_java
 from r3l.envs.games.text_game import check_count, check_in_episode, invalid_observation, normalise_action, round_robin
@@ -200,6 +200,9 @@ class ScienceWorldEnv(Env):
                 random.Random(f"{self.seed}-{split}-{task_name}").shuffle(variations)
                 pools[task_name] = variations
             self._task = None  # loading ended any episode in progress
+            asked = self.sizes[split]
+            available = sum(map(len, pools.values()))
+            check_split_size(f"{split}_size", None if asked == sys.maxsize else asked, available, "variations")
             self._tasks[split] = tuple(
                 self._make_task(name, variation) for name, variation in round_robin(pools, self.sizes[split])
             )

@@ -8,8 +8,9 @@ which leaves too few instructions for WebShop's train split. The full store need
 
 A task is one of WebShop's goals (an instruction), played as a session of `WebAgentTextEnv`
 (observation_mode 'text_rich', human-written instructions, all products: R3L's settings). The splits
-are WebShop's own: goals 0-499 are the test split and goals from 1500 on the train split (R3L's data
-script took goals 0-4095 for training, which include WebShop's test goals, and tested on 4096-4195).
+are WebShop's own (`split: webshop`): goals 0-499 are the test split and goals from 1500 on the train split.
+`split: paper` is R3L's data script's: goals 0-4095 for training (which include WebShop's test goals) and
+4096-4195 for testing.
 Actions are `search[keywords]` where the page has a search box and `click[name]` for one of the page's
 buttons, products and options; anything else costs a turn, is not sent to the store and earns 0.
 Buying (click[buy now]) ends the episode and pays WebShop's score in [0, 1] for how well the item matches
@@ -33,12 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.base import Task
+from r3l.envs.base import Task, check_split_size
 from r3l.envs.games.text_game import TextGameEnv, View, check_count
 from r3l.errors import UserError
 
 TEST_GOALS = range(500)
 FIRST_TRAIN_GOAL = 1500
+PAPER_SPLIT = {"train": range(4096), "test": range(4096, 4196)}  # R3L's WebShop data script
+SPLITS = ("webshop", "paper")
 SEARCH_FORM = "search[<keywords>]"
 OBSERVATION_MODES = ("text", "text_rich")
 MISSING = (
@@ -89,8 +92,16 @@ class WebShopBackend(ABC):
         """Release the store."""
 
 
-def goal_splits(count: int) -> dict[str, range]:
-    """WebShop's goal ranges: test 0-499, train 1500 onwards; UserError when the store is too small."""
+def goal_splits(count: int, split: str = "webshop") -> dict[str, range]:
+    """The goal ranges: WebShop's (test 0-499, train 1500 onwards) or the paper's (train 0-4095, test 4096-4195);
+    UserError when the store is too small for them."""
+    if split == "paper":
+        if count < PAPER_SPLIT["test"].stop:
+            raise UserError(
+                f"WebShop has only {count} goals, too few for the paper's split (test goals 4096-4195); "
+                "load all products (./setup.sh -d all, env.args.num_products null)"
+            )
+        return dict(PAPER_SPLIT)
     if count <= FIRST_TRAIN_GOAL:
         raise UserError(
             f"WebShop has only {count} goals, too few for its train split (goals {FIRST_TRAIN_GOAL} on); "
@@ -185,8 +196,9 @@ class WebShopEnv(TextGameEnv):
         "num_products": "products the store loads (null: all; fewer leave too few goals for the train split)",
         "human_goals": "the human-written instructions (R3L's setting) instead of WebShop's generated ones",
         "observation_mode": "how pages are shown: " + ", ".join(OBSERVATION_MODES),
-        "train_size": "goals in the train split, from goal 1500 on (null: all)",
-        "test_size": "goals in the test split, goals 0-499 (null: all)",
+        "split": "whose goal split: webshop (test 0-499, train 1500 on) or paper (R3L's: train 0-4095, test 4096-4195)",
+        "train_size": "goals drawn from the train split (null: all; more than it has is refused)",
+        "test_size": "goals drawn from the test split (null: all; more than it has is refused)",
         "seed": "the order in which each split's goals are drawn",
     }
 
@@ -197,6 +209,7 @@ class WebShopEnv(TextGameEnv):
         num_products: int | None = None,
         human_goals: bool = True,
         observation_mode: str = "text_rich",
+        split: str = "webshop",
         train_size: int | None = None,
         test_size: int | None = None,
         max_steps: int = 15,
@@ -209,6 +222,8 @@ class WebShopEnv(TextGameEnv):
             raise UserError(
                 f"env.args.observation_mode must be one of {', '.join(OBSERVATION_MODES)}, got '{observation_mode}'"
             )
+        if split not in SPLITS:
+            raise UserError(f"env.args.split must be one of {', '.join(SPLITS)}, got '{split}'")
         check_count("num_products", num_products, 1, optional=True)
         check_count("train_size", train_size, 0, optional=True)
         check_count("test_size", test_size, 0, optional=True)
@@ -218,14 +233,16 @@ class WebShopEnv(TextGameEnv):
             else WebAgentTextBackend(webshop_path, num_products, human_goals, observation_mode)
         )
         self.sizes = {"train": train_size, "test": test_size}
+        self.split = split
         self.seed = seed
         self.system_prompt = SYSTEM_PROMPT.format(max_steps=max_steps)
         self._page = Page("", False, ())
 
     def _list_tasks(self, split: str) -> Sequence[Task]:
-        goals = list(goal_splits(self.backend.goal_count())[split])
+        goals = list(goal_splits(self.backend.goal_count(), self.split)[split])
         random.Random(f"{self.seed}-{split}").shuffle(goals)
         size = self.sizes[split]
+        check_split_size(f"{split}_size", size, len(goals), "goals")
         return [
             Task(id=f"{self.name}-{goal}", prompt=f"WebShop goal {goal}", data={"goal": goal}) for goal in goals[:size]
         ]
