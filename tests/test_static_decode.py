@@ -132,3 +132,19 @@ def test_a_lora_rank_vllm_does_not_take_is_served_at_the_next_one_it_does():
     with pytest.raises(UserError, match="model.lora.r=600 is above the largest LoRA rank vLLM serves .512."):
         served_lora_rank(600, FALLBACK_LORA_RANKS)
     assert 8 in vllm_lora_ranks() and 16 in vllm_lora_ranks()  # the installed vLLM's, or the fallback without it
+
+
+def test_static_caches_are_kept_for_the_recent_shapes_only(tiny):
+    """Issue 35: a cache per padded shape kept forever could hold GBs each on a GPU; the least recently used goes,
+    and a shape asked for again decodes as before."""
+    from r3l.rollout.static_decode import CACHES_KEPT
+
+    model, tokenizer = tiny
+    static, dynamic = (HFGenerator(model, tokenizer, dtype=torch.float32, decode=m) for m in ("static", "dynamic"))
+    batch = prompts(tokenizer, QUESTIONS)
+    shapes = [(batch[:1], 1), (batch, 1), (batch, 3), (batch[:1], 1)]  # rows 1, 4, 16, then 1 again
+    params = SamplingParams(temperature=0.0, max_new_tokens=5)
+    for prompts_, n in shapes:
+        assert outputs(static, prompts_, params, n) == outputs(dynamic, prompts_, params, n)
+        assert len(static.static._caches) <= CACHES_KEPT
+    assert list(static.static._caches) == [(16, 128), (1, 128)]

@@ -8,6 +8,7 @@ the cache length to a power of two, so a run compiles a handful of shapes, not o
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,6 +20,7 @@ from r3l.models.cache import with_cache
 from r3l.rollout.generator import SamplingParams
 
 MIN_CACHE_LENGTH = 128
+CACHES_KEPT = 2  # static caches kept between calls, the least recently used dropped beyond (each can be GBs)
 COMPILED_SHAPES_LIMIT = 64  # torch.compile's default (8) would fall back to eager after 8 (rows, length) shapes
 
 
@@ -51,8 +53,23 @@ class StaticDecoder:
             on_gpu = next(model.parameters()).device.type == "cuda"
             step = torch.compile(step, mode="reduce-overhead" if on_gpu else "default", fullgraph=True, dynamic=False)
         self._step = step
-        # a transformers StaticCache per shape: a CUDA graph replays fixed addresses
-        self._caches: dict[tuple[int, int], Any] = {}
+        # a transformers StaticCache per recent shape (a CUDA graph replays fixed addresses; one dropped and asked
+        # for again is allocated anew, and a graph recorded on the old one records again)
+        self._caches: OrderedDict[tuple[int, int], Any] = OrderedDict()
+
+    def _cache(self, slots: int, length: int) -> Any:
+        """The static cache of this shape, emptied; at most CACHES_KEPT shapes are kept between calls."""
+        from transformers import StaticCache
+
+        cache = self._caches.pop((slots, length), None)
+        if cache is None:
+            while len(self._caches) >= CACHES_KEPT:
+                self._caches.popitem(last=False)
+            cache = StaticCache(config=self.model.config, max_cache_len=length)
+        else:
+            cache.reset()
+        self._caches[(slots, length)] = cache
+        return cache
 
     def _logits(self, input_ids, attention_mask, position_ids, cache):
         output = self.model(
@@ -75,8 +92,6 @@ class StaticDecoder:
         draws,
         is_stop: Callable[[list[int]], bool],
     ) -> DecodeResult:
-        from transformers import StaticCache
-
         started = time.perf_counter()
         device = next(self.model.parameters()).device
         rows, width = len(prompts) * n, max(len(p) for p in prompts)
@@ -89,11 +104,7 @@ class StaticDecoder:
             attention[slot, width - len(prompt) : width] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
-        cache = self._caches.get((slots, length))
-        if cache is None:
-            cache = self._caches[(slots, length)] = StaticCache(config=self.model.config, max_cache_len=length)
-        else:
-            cache.reset()
+        cache = self._cache(slots, length)
         logits = self.model(
             input_ids=input_ids,
             attention_mask=attention[:, :width],
