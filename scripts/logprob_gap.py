@@ -35,7 +35,7 @@ for dtype in (torch.float32,):
         for autocast in (False, True):
             learner = Learner(model, tok, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0,
                               autocast_bf16=autocast)
-            batch = learner._collate(exps)
+            batch, _ = learner._collate(exps)
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 lp, _ = learner._logprobs(model, batch)
             mask = batch["loss_mask"] > 0

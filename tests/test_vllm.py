@@ -89,7 +89,7 @@ def learner_gap(model, tokenizer, experiences) -> float:
     learner = Learner(
         model, tokenizer, AlgorithmConfig(), TrainConfig(share_prefix=False), temperature=1.0, autocast_bf16=False
     )
-    batch = learner._collate(experiences)
+    batch, _ = learner._collate(experiences)
     with torch.no_grad():
         recomputed, _ = learner._logprobs(model, batch)
     mask = batch["loss_mask"] > 0
