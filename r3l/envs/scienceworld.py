@@ -95,9 +95,10 @@ class ScienceWorldEnv(Env):
         "split": "paper: train and test on different task types, as R3L; variations: the same types in both",
         "simplification": "ScienceWorld's simplifications, comma-separated: " + ", ".join(SIMPLIFICATIONS),
         "max_steps": "turns an episode may take",
-        "train_size": "tasks in the train split (from ScienceWorld's train variations)",
+        "train_size": "tasks in the train split (from ScienceWorld's train variations; null: every one, 2,288 for "
+        "split paper's train types; more than the split has is refused)",
         "test_size": "tasks in the test split (from its test variations; null: every one, 662 for split paper's 13 "
-        "held-out types)",
+        "held-out types; more than the split has is refused)",
         "seed": "the order of each type's variations",
     }
 
@@ -108,17 +109,14 @@ class ScienceWorldEnv(Env):
         split: str = "paper",
         simplification: str = "easy",
         max_steps: int = 30,
-        train_size: int = 500,
-        test_size: int | None = 100,
+        train_size: int | None = None,
+        test_size: int | None = None,
         seed: int = 0,
     ):
         if split not in SPLITS:
             raise UserError(f"env.args.split must be one of {', '.join(SPLITS)}, got '{split}'")
-        for setting, value, low in (
-            ("train_size", train_size, 0),
-            ("max_steps", max_steps, 1),
-        ):
-            check_count(setting, value, low)
+        check_count("max_steps", max_steps, 1)
+        check_count("train_size", train_size, 0, optional=True)
         check_count("test_size", test_size, 0, optional=True)
         bad = [part for part in str(simplification).split(",") if part and part not in SIMPLIFICATIONS]
         if bad:
@@ -158,7 +156,9 @@ class ScienceWorldEnv(Env):
         self._simulator_class = simulator_class
         self.split = split
         self.simplification = simplification
-        self.sizes = {"train": train_size, "test": sys.maxsize if test_size is None else test_size}
+        self.sizes = {
+            part: sys.maxsize if size is None else size for part, size in (("train", train_size), ("test", test_size))
+        }
         self.max_steps = max_steps
         self.seed = seed
         self.system_prompt = SYSTEM_PROMPT.format(max_steps=max_steps)
