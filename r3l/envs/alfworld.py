@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.base import Task, check_split_size
+from r3l.envs.base import Task
 from r3l.envs.games.text_game import TextGameEnv, View, check_count, round_robin
 from r3l.errors import UserError
 
@@ -221,9 +221,7 @@ class ALFWorldEnv(TextGameEnv):
                 pools[task_type(game)].append(game)
         for name, games in pools.items():
             random.Random(f"{self.seed}-{split}-{name}").shuffle(games)
-        size, available = self.sizes[split], sum(map(len, pools.values()))
-        check_split_size(f"{split}_size", size, available, "games")
-        chosen = round_robin(pools, available if size is None else size)
+        chosen = round_robin(pools, self.sizes[split], f"{split}_size", "games")
         return [
             Task(
                 id=f"{self.name}-{game}", prompt=f"ALFWorld {kind} game {game}", data={"game": game, "task_type": kind}

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import random
 import shutil
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.base import Env, StepResult, Task, check_split_size
+from r3l.envs.base import Env, StepResult, Task
 from r3l.envs.games.feedback import episode_feedback
 from r3l.envs.games.java_simulator import close_quietly, kill_java
 from r3l.envs.games.text_game import check_count, check_in_episode, invalid_observation, normalise_action, round_robin
@@ -156,9 +155,7 @@ class ScienceWorldEnv(Env):
         self._simulator_class = simulator_class
         self.split = split
         self.simplification = simplification
-        self.sizes = {
-            part: sys.maxsize if size is None else size for part, size in (("train", train_size), ("test", test_size))
-        }
+        self.sizes = {"train": train_size, "test": test_size}
         self.max_steps = max_steps
         self.seed = seed
         self.system_prompt = SYSTEM_PROMPT.format(max_steps=max_steps)
@@ -200,12 +197,8 @@ class ScienceWorldEnv(Env):
                 random.Random(f"{self.seed}-{split}-{task_name}").shuffle(variations)
                 pools[task_name] = variations
             self._task = None  # loading ended any episode in progress
-            asked = self.sizes[split]
-            available = sum(map(len, pools.values()))
-            check_split_size(f"{split}_size", None if asked == sys.maxsize else asked, available, "variations")
-            self._tasks[split] = tuple(
-                self._make_task(name, variation) for name, variation in round_robin(pools, self.sizes[split])
-            )
+            chosen = round_robin(pools, self.sizes[split], f"{split}_size", "variations")
+            self._tasks[split] = tuple(self._make_task(name, variation) for name, variation in chosen)
         return self._tasks[split]
 
     def _make_task(self, task_name: str, variation: int) -> Task:

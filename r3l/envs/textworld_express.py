@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.base import Task, check_split_size
+from r3l.envs.base import Task
 from r3l.envs.games.java_simulator import close_quietly, kill_java
 from r3l.envs.games.text_game import TextGameEnv, View, check_count, round_robin
 from r3l.errors import UserError
@@ -164,8 +164,8 @@ class TextWorldExpressEnv(TextGameEnv):
             seeds = sorted(sim.getValidSeedsTrain() if split == "train" else sim.getValidSeedsTest())
             random.Random(f"{self.seed}-{split}-{game}").shuffle(seeds)
             pools[game] = seeds
-        check_split_size(f"{split}_size", self.sizes[split], sum(map(len, pools.values())), "games")
-        return [self._make_task(game, seed, split) for game, seed in round_robin(pools, self.sizes[split])]
+        chosen = round_robin(pools, self.sizes[split], f"{split}_size", "games")
+        return [self._make_task(game, seed, split) for game, seed in chosen]
 
     def _make_task(self, game: str, seed: int, fold: str) -> Task:
         return Task(

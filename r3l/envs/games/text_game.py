@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from r3l.envs.base import Env, StepResult, Task
+from r3l.envs.base import Env, StepResult, Task, check_split_size
 from r3l.envs.games.feedback import episode_feedback
 from r3l.envs.reply_grammar import action_constraint
 from r3l.errors import UserError
@@ -42,8 +42,12 @@ def normalise_action(text: str) -> str:
     return text.rstrip(".").strip().lower()
 
 
-def round_robin(pools: Mapping[str, Sequence[Any]], size: int) -> list[tuple[str, Any]]:
-    """Take items from the pools in turn (first of each pool, then second ...) until `size` or all are used."""
+def round_robin(pools: Mapping[str, Sequence[Any]], size: int | None, setting: str, unit: str) -> list[tuple[str, Any]]:
+    """A split of `size` items (None: all) taken from the pools in turn (first of each pool, then second ...); a
+    size above what the pools hold is refused in one line naming `setting` (check_split_size)."""
+    available = sum(map(len, pools.values()))
+    check_split_size(setting, size, available, unit)
+    size = available if size is None else size
     chosen: list[tuple[str, Any]] = []
     depth = 0
     while len(chosen) < size and any(depth < len(pool) for pool in pools.values()):
