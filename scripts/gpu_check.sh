@@ -22,6 +22,8 @@ source "$(dirname "$0")/check_parts.sh"  # part, summary: each part counted by i
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.device_count(), \
 'x', torch.cuda.get_device_name(0))" | tee "$OUT/device.txt"
 GPUS=$($PY -c "import torch; print(torch.cuda.device_count())")
+HAVE_RAY=$($PY -c "import ray" 2>/dev/null && echo 1 || echo 0)
+HAVE_VLLM=$($PY -c "import vllm" 2>/dev/null && echo 1 || echo 0)
 TWO_STEPS="train.steps=2 train.tasks_per_step=4 sampling.group_size=4 sampling.max_new_tokens=32 eval.size=0 \
 logging.progress=false logging.tensorboard=false"
 QWEN="model=random:qwen2.5-1.5b"
@@ -42,7 +44,7 @@ else
   part "learner ranks: 2 ranks on 1 GPU are refused" refused $PY -m r3l.cli train model=tiny-random \
     model.device=cuda distributed.learner_ranks=2 $TWO_STEPS run.dir="$OUT" run.name=rank2
 fi
-if $PY -c "import ray" 2>/dev/null; then
+if [ "$HAVE_RAY" = 1 ]; then
   part "ray workers without a GPU (learner on cuda)" ok $PY -m r3l.cli train model=tiny-random model.device=cuda \
     distributed.rollout_workers=2 distributed.worker_gpus=0 $TWO_STEPS run.dir="$OUT" run.name=workers-cpu
   if [ "$GPUS" -ge 2 ]; then  # a local Ray is shown only the GPUs the learner leaves
@@ -57,8 +59,6 @@ if $PY -c "import ray" 2>/dev/null; then
 else
   rows+=("ray is not installed here: rollout workers not checked")
 fi
-HAVE_RAY=$($PY -c "import ray" 2>/dev/null && echo 1 || echo 0)
-HAVE_VLLM=$($PY -c "import vllm" 2>/dev/null && echo 1 || echo 0)
 for layout in examples/layout_*.yaml; do  # each as far as this machine allows, the substitutions named in its row
   name=$(basename "$layout" .yaml)
   if grep -q "rollout_workers: *[1-9]" "$layout" && [ "$HAVE_RAY" = 0 ]; then
@@ -73,11 +73,11 @@ for layout in examples/layout_*.yaml; do  # each as far as this machine allows, 
     env=countdown agent.max_context_tokens=2048 distributed.ray_address=null "${extra[@]}" $TWO_STEPS \
     run.dir="$OUT" run.name="$name"
 done
-if $PY -c "import vllm" 2>/dev/null && [ "$GPUS" -ge 2 ]; then
+if [ "$HAVE_VLLM" = 1 ] && [ "$GPUS" -ge 2 ]; then
   part "vllm beside 2 learner ranks (engine in its own process)" ok $PY -m r3l.cli train model=tiny-random \
     model.device=cuda generator=vllm distributed.learner_ranks=2 $TWO_STEPS run.dir="$OUT" run.name=vllm-ranks
 fi
-if $PY -c "import vllm" 2>/dev/null; then
+if [ "$HAVE_VLLM" = 1 ]; then
   part "vllm colocated: memory per phase (sleep, learner step, wake)" ok $PY scripts/gpu_memory_phases.py
   cat "$OUT"/vllm_colocated*.log
 else
