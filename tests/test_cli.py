@@ -48,3 +48,12 @@ def test_quick_commands_and_a_refused_model_import_nothing_heavy(args, status, t
     if status:
         assert lines[-1].startswith("error: ") and "model" in lines[-1], result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_crash_in_native_code_says_where_it_happened():
+    """An abort (a C++ library's std::terminate, glibc's heap checks) kills the process without a Python traceback;
+    the CLI turns on faulthandler so that it still prints each thread's stack."""
+    crash = "import os, sys\nfrom r3l import cli\ncli.app = lambda **_: os.abort()\nsys.argv = ['r3l']\ncli.main()"
+    done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -6
+    assert "Fatal Python error: Aborted" in done.stderr and "cli.py" in done.stderr, done.stderr[-1000:]

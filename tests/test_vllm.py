@@ -296,6 +296,22 @@ def test_a_lora_run_on_vllm_syncs_the_adapter_alone(tmp_path):
     assert stats["sync_bytes"] / stats["weight_syncs"] < 20 * 2**20  # the adapter (r 4: ~2.4 MB), not 0.5 GB
 
 
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as line:
+            return line.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def watched_processes() -> set[int]:
+    """The pids this process's watchdogs (r3l/orphans.py) stop once it is gone."""
+    from r3l.orphans import child_processes
+
+    watchdogs = [command_line(pid).split() for pid in child_processes() if "r3l.orphans" in command_line(pid)]
+    return {int(pair.split(":")[0]) for words in watchdogs for pair in words[4:]}
+
+
 def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embedded, tmp_path):
     """vLLM's in-process worker would take the default process group the learner ranks hold (issue 35 #1): beside
     ranks the engine runs in a process of its own and syncs through a file. The run trains two steps with two gloo
@@ -308,10 +324,14 @@ def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embed
     engine_args = [f"generator.engine_args.{key}={value}" for key, value in SMALL_ENGINE.items()]
     overrides = ["generator=vllm", "generator.dtype=float32", "distributed.learner_ranks=2", "train.steps=2"]
     small = ["train.tasks_per_step=2", "sampling.group_size=4", "eval.size=0", "logging.tensorboard=false"]
-    command = [sys.executable, "-m", "r3l.cli", "train", *overrides, *small, *engine_args, f"run.dir={tmp_path}"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run,) = tmp_path.iterdir()
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "r3l.cli", "train", *overrides, *small, *engine_args, f"run.dir={runs}"]
+    # output to files, not pipes: a crashed run returns at once with what it said, even if a child held a pipe
+    with (tmp_path / "out.txt").open("w+") as out, (tmp_path / "err.txt").open("w+") as err:
+        done = subprocess.run(command, stdout=out, stderr=err, timeout=600)
+        err.seek(0)
+        assert done.returncode == 0, err.read()[-3000:]
+    (run,) = runs.iterdir()
     assert json.loads((run / "summary.json").read_text())["step"] == 2
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert all(row["generator_logprob_gap"] < 0.1 for row in rows if "generator_logprob_gap" in row)
@@ -323,6 +343,7 @@ def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embed
         for parameter in changed.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.02)
     engine = VLLMGenerator(model, tokenizer, dtype=torch.float32, engine_args=SMALL_ENGINE, own_process=True)
+    assert any("EngineCore" in command_line(pid) for pid in watched_processes())  # it will not outlive this process
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     before = [row[0].tokens for row in engine.generate(prompts(tokenizer), params)]
     engine.sync_weights(changed.state_dict())

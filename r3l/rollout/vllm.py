@@ -25,6 +25,7 @@ import torch
 from pydantic import Field
 
 from r3l.errors import UserError
+from r3l.orphans import child_processes, stop_with_this_process
 from r3l.rollout.constraints import Constrainer, Constraint
 from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
 from r3l.rollout.seeds import row_seeds
@@ -188,7 +189,10 @@ class VLLMGenerator(Generator):
         }
         self.lora_rank = lora_rank
         self._adapter: Any = None  # the LoRARequest generation uses (None: the base weights alone)
+        started_before = child_processes() if own_process else set()
         self.llm = vllm.LLM(model=folder, **settings)
+        if own_process:  # an abort or kill -9 of this process would leave the engine running, holding its memory
+            stop_with_this_process(child_processes() - started_before)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self._constrainer: Constrainer | None = None
