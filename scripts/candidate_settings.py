@@ -36,7 +36,10 @@ from pathlib import Path
 from typing import Any
 
 FREE = ["sampling.max_new_tokens=96", "eval.max_new_tokens=96"]  # games: <think> a little, then <action>
-GAME = [*FREE, "env.args.train_size=5"]  # the train split is never played here: draw few of its games
+# the train split is never played here: draw few of its games. A move the game rejects costs a turn, as the games'
+# prompt says, instead of ending the episode (the default, R3L's reference on ALFWorld bases): a TextArena game
+# answers a rejected move with why ("you already guessed 10"), the feedback a retry can use
+GAME = [*FREE, "env.args.train_size=5", "agent.terminate_on=[format_error,repeated_action]"]
 SETTINGS: dict[str, list[str]] = {
     "FrozenLake 4x4, not slippery": ["env=gym:FrozenLake-v1", "env.args.make_args={is_slippery: false}",
                                      "env.args.max_steps=12", "env.args.test_size={n}", *GAME],
