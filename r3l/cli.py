@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import json
@@ -424,7 +425,8 @@ def main() -> None:
     # job of a non-interactive shell, where Python leaves it ignored): a KeyboardInterrupt, turned into one line
     # and exit 130 below, with a resumable run or nothing left behind.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    faulthandler.enable()  # a crash in native code (an abort, a segfault) says where each thread was as it died
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # a stderr without a file descriptor: none
+        faulthandler.enable()  # a crash in native code (an abort, a segfault) says where each thread was as it died
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     limit_onednn_cache()
     apply_openmp_wait_defaults()

@@ -139,9 +139,9 @@ class Bench:
     def measure(self, config, n: int, mode: str, seed: int = 1234) -> dict[str, Any]:
         from r3l.agent.episodes import trainable
         from r3l.build import agent_limits, env_factory, sampling_params
-        from r3l.reflection.prompts import ReflectionPrompts
         from r3l.envs import SingleTurnEnv, env_class
         from r3l.explore import ExploreContext, make_strategy
+        from r3l.reflection.prompts import ReflectionPrompts
         from r3l.reflection.retry import as_attempt, reflect_and_retry
         from r3l.rollout.chat import PromptFormat
 

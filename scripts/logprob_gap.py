@@ -3,15 +3,19 @@
 HF generator in fp32 samples 2 replies to each of 8 arithmetic prompts; the learner recomputes their log-probs
 with and without the shared-prefix layout and bf16 autocast, and the mean and max |gap| per token are printed.
 """
-import sys, time, torch
-from r3l.models import load_policy
-from r3l.rollout.hf import HFGenerator
-from r3l.rollout.generator import SamplingParams
-from r3l.experience import Experience
-from r3l.learner.learner import Learner
+import sys
+import time
+
+import torch
+
 from r3l.config import AlgorithmConfig, TrainConfig
 from r3l.envs import make
+from r3l.experience import Experience
+from r3l.learner.learner import Learner
+from r3l.models import load_policy
 from r3l.rollout.chat import PromptFormat, encode_prompt
+from r3l.rollout.generator import SamplingParams
+from r3l.rollout.hf import HFGenerator
 
 name = sys.argv[1]
 torch.manual_seed(0)
