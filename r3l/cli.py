@@ -425,7 +425,7 @@ def main() -> None:
     # job of a non-interactive shell, where Python leaves it ignored): a KeyboardInterrupt, turned into one line
     # and exit 130 below, with a resumable run or nothing left behind.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    with contextlib.suppress(ValueError, OSError, AttributeError):  # a stderr without a file descriptor: none
+    with contextlib.suppress(ValueError, OSError, AttributeError, RuntimeError):  # no stderr, or one without a file
         faulthandler.enable()  # a crash in native code (an abort, a segfault) says where each thread was as it died
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     limit_onednn_cache()

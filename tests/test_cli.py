@@ -57,3 +57,11 @@ def test_a_crash_in_native_code_says_where_it_happened():
     done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120)
     assert done.returncode == -6
     assert "Fatal Python error: Aborted" in done.stderr and "cli.py" in done.stderr, done.stderr[-1000:]
+
+
+@pytest.mark.parametrize("stderr", ["None", "io.StringIO()"])
+def test_a_stderr_without_a_file_descriptor_does_not_stop_the_cli(stderr):
+    """faulthandler needs a file descriptor; where stderr has none (absent, or captured in memory) it is skipped."""
+    probe = f"import io, sys\nfrom r3l import cli\nsys.stderr = {stderr}\nsys.argv = ['r3l', 'envs']\ncli.main()"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "arithmetic" in done.stdout, done.stderr[-1000:]

@@ -301,20 +301,20 @@ def test_a_lora_run_on_vllm_syncs_the_adapter_alone(tmp_path):
     assert stats["sync_bytes"] / stats["weight_syncs"] < 20 * 2**20  # the adapter (r 4: ~2.4 MB), not 0.5 GB
 
 
-def command_line(pid: int) -> str:
+def arguments(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as line:
-            return line.read().replace(b"\0", b" ").decode(errors="replace")
+            return line.read().decode(errors="replace").split("\0")[:-1]
     except OSError:
-        return ""
+        return []
 
 
 def watched_processes() -> set[int]:
-    """The pids this process's watchdogs (r3l/orphans.py) stop once it is gone."""
+    """The pids this process's watchdogs (`python -m r3l.orphans READ_FD PID:START ...`) stop once it is gone."""
     from r3l.orphans import child_processes
 
-    watchdogs = [command_line(pid).split() for pid in child_processes() if "r3l.orphans" in command_line(pid)]
-    return {int(pair.split(":")[0]) for words in watchdogs for pair in words[4:]}
+    watchdogs = [words for words in map(arguments, child_processes()) if "r3l.orphans" in words]
+    return {int(pair.split(":")[0]) for words in watchdogs for pair in words[words.index("r3l.orphans") + 2 :]}
 
 
 def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embedded, tmp_path):
@@ -348,7 +348,8 @@ def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embed
         for parameter in changed.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.02)
     engine = VLLMGenerator(model, tokenizer, dtype=torch.float32, engine_args=SMALL_ENGINE, own_process=True)
-    assert any("EngineCore" in command_line(pid) for pid in watched_processes())  # it will not outlive this process
+    # the engine's process will not outlive this one
+    assert any("EngineCore" in " ".join(arguments(pid)) for pid in watched_processes())
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     before = [row[0].tokens for row in engine.generate(prompts(tokenizer), params)]
     engine.sync_weights(changed.state_dict())
