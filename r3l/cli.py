@@ -163,6 +163,7 @@ def evaluate_command(
     configs = [load(args, extra + ([f"{key}={value}"] if key else [])) for value in values]  # refused before imports
     config = configs[0]
     from r3l.build import env_factory, evaluate_held_out, held_out_tasks, load_model, make_generator, rollout_context
+    from r3l.evaluate import format_hint
     from r3l.trainer import new_run_dir
 
     make_envs = [env_factory(each_config) for each_config in configs]  # every value checked before the model loads
@@ -173,6 +174,9 @@ def evaluate_command(
         tasks = held_out_tasks(each_config, make_env())
         context = rollout_context(each_config, make_env, generator, tokenizer)
         record, summary, _ = evaluate_held_out(each_config, tasks, context)
+        hint = format_hint(summary, each_config.structured.replies)
+        if hint:
+            typer.echo(hint, err=True)
         records.append(record)
         summaries.append(summary)
     if key:

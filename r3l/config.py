@@ -543,7 +543,17 @@ def merge_trees(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 def model_preset(name: Any) -> dict[str, Any]:
     """Settings a built-in model needs besides the shared defaults (r3l/presets/models/ALIAS.yaml), or {}."""
-    path = PRESET_DIR / "models" / f"{name}.yaml"
+    return _preset_file("models", name)
+
+
+def env_preset(name: Any) -> dict[str, Any]:
+    """Settings an environment needs besides the shared defaults (r3l/presets/envs/NAME.yaml), or {}: a reply
+    long enough for its answers (the default job's 24 tokens cut a tool call or a worked solution short)."""
+    return _preset_file("envs", name)
+
+
+def _preset_file(kind: str, name: Any) -> dict[str, Any]:
+    path = PRESET_DIR / kind / f"{name}.yaml"
     return (yaml.safe_load(path.read_text()) or {}) if isinstance(name, str) and path.is_file() else {}
 
 
@@ -551,16 +561,22 @@ def chosen_model(tree: dict[str, Any]) -> Any:
     return _name_shorthand(tree.get("model") or {}).get("name", ModelConfig().name)
 
 
+def chosen_env(tree: dict[str, Any]) -> Any:
+    return _name_shorthand(tree.get("env") or {}).get("name")
+
+
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Validate CONFIG (default: the `default` preset) with dotted overrides applied in order. A built-in
-    model's preset (r3l/presets/models/) lies over the shipped presets but under a config file of the user's:
-    `r3l train model=ALIAS` gets the model's learning rate, a file or an override that sets one keeps its own."""
+    """Validate CONFIG (default: the `default` preset) with dotted overrides applied in order. The chosen
+    environment's preset (r3l/presets/envs/) and then a built-in model's (r3l/presets/models/) lie over the
+    shipped presets but under a config file of the user's: `r3l train model=ALIAS` gets the model's learning
+    rate, `env=function_calling` replies long enough for a call, a file or an override that sets either keeps its
+    own."""
     file = resolve_config_path(path or DEFAULT_PRESET)
     written = read_yaml(file)
     tree = merge_trees({}, written)
     for override in overrides:
         apply_override(tree, *parse_override(override))
-    preset = model_preset(chosen_model(tree))
+    preset = merge_trees(env_preset(chosen_env(tree)), model_preset(chosen_model(tree)))
     if preset:
         shipped = file.resolve().parent == PRESET_DIR.resolve()
         tree = merge_trees(written, preset) if shipped else merge_trees(preset, written)

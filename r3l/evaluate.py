@@ -123,6 +123,19 @@ def true_share(flags: Sequence[bool | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
+def format_hint(summary: dict[str, Any], structured_replies: bool) -> str | None:
+    """One line for an evaluation where most first replies lack the answer format the environment reads (a model
+    that writes a right call in a ```json fence, not in `<tool_call>` tags, scores 0): the grammar that decodes
+    every reply in that format, where it is off."""
+    share = summary.get("first_try", summary).get("format_missing")
+    if structured_replies or share is None or share < 0.5:
+        return None
+    return (
+        f"{share:.0%} of the first replies lack the answer format this environment reads (eval.json holds every"
+        " reply); structured.replies=true decodes every reply in that format"
+    )
+
+
 def _column(successes: int, total: int, format_missing: float | None) -> dict[str, Any]:
     return {
         "success": successes / max(1, total),

@@ -81,14 +81,12 @@ HEADERS = ("1st try", "R3: 2nd after reflection", "2nd after verdict (control)",
 # --- what a reply must contain ---------------------------------------------------------------------------------------
 def format_missing(env, text: str) -> bool | None:
     """Whether a single-turn reply lacks the answer format its environment reads (None: not known for this env)."""
-    from r3l.grading.answer import extract_answer, extract_tagged
+    from r3l.grading.answer import extract_tagged
 
-    name = getattr(env, "name", "")
-    if name == "function_calling":
-        return re.search(rf"<\s*{re.escape(env.tag)}\s*>.*?<\s*/\s*{re.escape(env.tag)}\s*>", text, re.S | re.I) is None
-    if hasattr(env, "answer_format"):
-        return extract_answer(text, env.answer_format) is None
-    if name == "countdown":
+    missing = env.answer_format_missing(text)
+    if missing is not None:
+        return missing
+    if getattr(env, "name", "") == "countdown":
         return extract_tagged(text) is None
     return None
 

@@ -291,3 +291,16 @@ def test_xlam_bad_rows_name_file_and_line(tmp_path, line, message):
     with pytest.raises(UserError) as error:
         FunctionCallingEnv(source="xlam", path=str(path))
     assert str(error.value).startswith(f"{path} line 2") and message in str(error.value)
+
+
+@needs_bfcl
+def test_a_reply_without_a_closed_tool_call_block_misses_the_format():
+    env = FunctionCallingEnv(categories="simple", test_size=1)
+    fenced = '```json\n{"name": "f", "arguments": {}}\n```'  # Qwen2.5-Coder-0.5B's free reply: the call, untagged
+    assert env.answer_format_missing(fenced) is True
+    assert env.answer_format_missing('<tool_call>{"name": "f", "arguments": {}}') is True  # never closed
+    assert env.answer_format_missing("<tool_call>{oops</tool_call>") is False  # the format, with bad JSON inside
+    assert env.answer_format_missing(env.solution(env.tasks("test")[0])) is False
+    tagged = FunctionCallingEnv(categories="simple", test_size=1, tag="call", tool_format="prompt")
+    assert tagged.answer_format_missing('<call>{"name": "f", "arguments": {}}</call>') is False
+    assert tagged.answer_format_missing('<tool_call>{"name": "f", "arguments": {}}</tool_call>') is True

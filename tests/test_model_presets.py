@@ -1,4 +1,5 @@
-"""A built-in model's preset and the step-size check (issue 25: the default job's lr collapsed Qwen2.5)."""
+"""A built-in model's preset, an environment's preset, and the step-size check (issue 25: the default job's lr
+collapsed Qwen2.5)."""
 
 import pytest
 import torch
@@ -29,6 +30,24 @@ def test_an_override_or_a_users_file_keeps_its_own_learning_rate(tmp_path):
 
 def test_models_without_a_preset_are_untouched():
     assert load_config(None, ["model=tiny-random"]).train.lr == 1e-5
+
+
+def test_an_environment_gets_replies_long_enough_for_its_answers_unless_told_otherwise(tmp_path):
+    # the default job's 24 tokens cut a BFCL call short (`r3l eval model=... env=function_calling` scored 0 on it)
+    assert load_config(None, []).sampling.max_new_tokens == 24
+    assert load_config(None, ["env=function_calling"]).sampling.max_new_tokens == 128
+    assert load_config(None, ["env=gsm"]).sampling.max_new_tokens == 256
+    assert load_config(None, ["env=countdown"]).sampling.max_new_tokens == 24  # no preset: the shipped file's
+    both = load_config(None, [f"model={QWEN}", "env=function_calling"])
+    assert (both.sampling.max_new_tokens, both.train.lr) == (128, 1e-6)
+    assert load_config(None, ["env=function_calling", "sampling.max_new_tokens=40"]).sampling.max_new_tokens == 40
+    assert load_config(None, ["sampling.max_new_tokens=40", "env=function_calling"]).sampling.max_new_tokens == 40
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("env: function_calling\nsampling:\n  max_new_tokens: 90\n")
+    assert load_config(str(mine), []).sampling.max_new_tokens == 90
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("env: function_calling\n")
+    assert load_config(str(bare), []).sampling.max_new_tokens == 128  # over the field's default of 64
 
 
 def test_merge_trees_merges_sections_and_reads_the_name_shorthand():

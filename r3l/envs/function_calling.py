@@ -64,6 +64,7 @@ from r3l.grading.tool_calls import (
     ToolCallFormatError,
     bfcl_reference_calls,
     format_tool_calls,
+    has_tool_call_block,
     parse_tool_calls,
     verify_bfcl,
     verify_exact,
@@ -196,6 +197,9 @@ class FunctionCallingEnv(SingleTurnEnv):
                 calls, task.answer["ground_truth"], task.answer["functions"], lenient_strings=self.checker == "lenient"
             )
         return verify_exact(calls, task.answer["calls"], task.answer["functions"])
+
+    def answer_format_missing(self, reply: str) -> bool | None:
+        return not has_tool_call_block(reply, self.tag)
 
     def reply_constraint(self, reply):
         """Under structured decoding: `<tag>` blocks of JSON calls to the task's functions (called after reset)."""

@@ -74,6 +74,12 @@ def _open_pattern(tag: str) -> re.Pattern[str]:
     return re.compile(rf"<\s*{re.escape(tag)}\s*>", re.IGNORECASE)
 
 
+def has_tool_call_block(text: str, tag: str = "tool_call") -> bool:
+    """Whether `text` holds a closed <tag>...</tag> block, the format a reply's calls are read from (their JSON
+    may still be wrong)."""
+    return isinstance(text, str) and _block_pattern(tag).search(text[:MAX_REPLY_CHARS]) is not None
+
+
 def parse_tool_calls(text: str, tag: str = "tool_call") -> list[Call]:
     """The calls in every <tag>...</tag> block, in order; each block holds one call object or a list of them.
 
