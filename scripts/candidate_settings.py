@@ -50,6 +50,8 @@ SETTINGS: dict[str, list[str]] = {
     "Wordle": ["env=textarena:Wordle-v0", "env.args.max_steps=6", "env.args.test_size={n}", *GAME],
     "GuessTheNumber 1-50": ["env=textarena:GuessTheNumber-v0-hardcore", "env.args.max_steps=10",
                             "env.args.test_size={n}", *GAME],
+    "GuessTheNumber 1-20": ["env=textarena:GuessTheNumber-v0", "env.args.max_steps=10", "env.args.test_size={n}",
+                            *GAME],
     "Mastermind 4 of 6": ["env=textarena:Mastermind-v0", "env.args.max_steps=20", "env.args.test_size={n}", *GAME],
     "Minesweeper 5x5": ["env=textarena:Minesweeper-v0-small", "env.args.max_steps=20", "env.args.test_size={n}",
                         *GAME],
