@@ -553,8 +553,10 @@ def env_preset(name: Any) -> dict[str, Any]:
 
 
 def _preset_file(kind: str, name: Any) -> dict[str, Any]:
+    if not isinstance(name, str) or Path(name).name != name or name.startswith("."):  # a path is no preset's name
+        return {}
     path = PRESET_DIR / kind / f"{name}.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if isinstance(name, str) and path.is_file() else {}
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 def chosen_model(tree: dict[str, Any]) -> Any:

@@ -50,6 +50,14 @@ def test_an_environment_gets_replies_long_enough_for_its_answers_unless_told_oth
     assert load_config(str(bare), []).sampling.max_new_tokens == 128  # over the field's default of 64
 
 
+def test_a_path_in_place_of_a_name_reads_no_preset():
+    from r3l.config import env_preset, model_preset
+
+    assert env_preset("function_calling") == {"sampling": {"max_new_tokens": 128}}
+    assert env_preset("../models/qwen2.5-coder-0.5b-instruct") == {} and model_preset("../envs/gsm") == {}
+    assert env_preset("textarena:Sokoban-v0") == {} and env_preset(None) == {}
+
+
 def test_merge_trees_merges_sections_and_reads_the_name_shorthand():
     assert merge_trees(
         {"model": "a", "train": {"lr": 1, "steps": 2}}, {"model": {"lora": {"r": 4}}, "train": {"lr": 3}}
