@@ -498,6 +498,23 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's tree; `extends: OTHER.yaml` (a path relative to the file) starts from OTHER's tree, which
+    the file's own sections lie over key by key (merge_trees)."""
+    data = read_yaml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str) or not parent:
+        raise UserError(f"{path}: `extends` must name one YAML file (e.g. extends: base.yaml), got {parent!r}")
+    here = Path(path).resolve()
+    parent_path = Path(path).parent / parent
+    if parent_path.resolve() in (*_seen, here):
+        chain = " -> ".join(str(p) for p in (*_seen, here, parent_path.resolve()))
+        raise UserError(f"config files extend each other in a loop: {chain}; remove one `extends`")
+    return merge_trees(read_config_file(parent_path, (*_seen, here)), data)
+
+
 def resolve_config_path(path: str) -> Path:
     """A config argument is a YAML path, or the name of a preset shipped in r3l/presets/."""
     candidate = Path(path)
@@ -570,11 +587,11 @@ def chosen_env(tree: dict[str, Any]) -> Any:
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Validate CONFIG (default: the `default` preset) with dotted overrides applied in order. The chosen
     environment's preset (r3l/presets/envs/) and then a built-in model's (r3l/presets/models/) lie over the
-    shipped presets but under a config file of the user's: `r3l train model=ALIAS` gets the model's learning
-    rate, `env=function_calling` replies long enough for a call, a file or an override that sets either keeps its
-    own."""
+    shipped presets but under a config file of the user's (with the files it `extends:`): `r3l train model=ALIAS`
+    gets the model's learning rate, `env=function_calling` replies long enough for a call, a file or an override
+    that sets either keeps its own."""
     file = resolve_config_path(path or DEFAULT_PRESET)
-    written = read_yaml(file)
+    written = read_config_file(file)
     tree = merge_trees({}, written)
     for override in overrides:
         apply_override(tree, *parse_override(override))

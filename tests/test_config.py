@@ -122,3 +122,28 @@ def test_presets_extend_and_user_args_merge_into_them():
     changed = load_config(None, ["algorithm=r3l", "algorithm.advantage=grpo"])
     assert changed.algorithm.advantage_args == {}  # the old advantage's arguments are dropped
     assert changed.algorithm.loss_args == {"tau": 1.0}
+
+
+def test_a_config_file_extends_another_and_lies_over_it(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "model: smollm2-135m-instruct\nenv: {name: countdown, args: {test_size: 7}}\ntrain: {steps: 3, lr: 2.0e-5}\n"
+    )
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "arm.yaml").write_text("extends: ../base.yaml\nalgorithm: r3\ntrain: {steps: 5}\n")
+    config = load_config(str(tmp_path / "sub" / "arm.yaml"), ["env.args.test_size=9"])
+    assert config.algorithm.name == "r3" and config.env.name == "countdown"
+    assert config.train.steps == 5 and config.train.lr == 2.0e-5  # merged key by key
+    assert config.env.args["test_size"] == 9  # overrides still come last
+
+
+def test_extends_loops_and_missing_parents_are_one_line_errors(tmp_path):
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(UserError, match="extend each other in a loop"):
+        load_config(str(tmp_path / "a.yaml"))
+    (tmp_path / "c.yaml").write_text("extends: nowhere.yaml\n")
+    with pytest.raises(UserError, match="nowhere.yaml does not exist"):
+        load_config(str(tmp_path / "c.yaml"))
+    (tmp_path / "d.yaml").write_text("extends: [a.yaml]\n")
+    with pytest.raises(UserError, match="must name one YAML file"):
+        load_config(str(tmp_path / "d.yaml"))
