@@ -125,10 +125,13 @@ def autocast_bf16(config: Config) -> bool:
 
 
 def trainable_policy(config: Config, model):
-    """(the policy as trained: LoRA and gradient checkpointing applied, the KL reference model or None)."""
-    from r3l.learner.learner import apply_lora
+    """(the policy as trained: LoRA and gradient checkpointing applied, the KL reference or None). Under LoRA the
+    reference is the policy with its adapters off (AdaptersOff), otherwise a frozen copy of the model."""
+    from r3l.learner.learner import AdaptersOff, apply_lora
 
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.algorithm.kl_coef > 0 else None
+    ref_model = None
+    if config.algorithm.kl_coef > 0:
+        ref_model = AdaptersOff() if config.model.lora.enabled else copy.deepcopy(model).eval().requires_grad_(False)
     if config.model.lora.enabled:
         model = apply_lora(model, config.model.lora)
     if config.model.gradient_checkpointing:

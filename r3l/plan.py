@@ -6,10 +6,10 @@ weights (the model's dtype), gradients and Adam state (fp32, trainable parameter
 activations at the micro-batch and context (bf16; with gradient checkpointing each layer keeps its input and one
 layer is live, without it every layer keeps ~34 values per token and hidden unit, Korthikanti et al. 2022, with
 fused attention), the logits of the trained positions (fp32, twice: softmax and its gradient), a KL reference (a
-full copy in the model's dtype, LoRA or not), rank 0's unsharded copy when
-there are several ranks, and the generator: vLLM's share of the device (`gpu_memory_utilization`), freed while the
-learner trains when it sleeps, or the HF generator's bf16 copy and its KV cache. Overheads (CUDA context, allocator
-fragmentation) are a flat 10 %.
+full copy in the model's dtype; none under LoRA, whose reference is the policy with its adapters off), rank 0's
+unsharded copy when there are several ranks, and the generator: vLLM's share of the device
+(`gpu_memory_utilization`), freed while the learner trains when it sleeps, or the HF generator's bf16 copy and its
+KV cache. Overheads (CUDA context, allocator fragmentation) are a flat 10 %.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def layout_of(config: Config) -> Layout:
         micro_batch=config.train.micro_batch_size,
         context=context,
         trained_tokens=config.train.micro_batch_size * config.sampling.max_new_tokens,
-        kl_reference=config.algorithm.kl_coef > 0,
+        kl_reference=config.algorithm.kl_coef > 0 and not lora.enabled,  # LoRA's reference: its adapters off
         generator=config.generator.name,
         vllm_share=float(engine.get("gpu_memory_utilization", 0.4)),
         vllm_sleeps=own.get("sleep", "auto") in ("auto", True),

@@ -13,7 +13,13 @@ from r3l.distributed.fsdp import share_micro_batches
 from r3l.experience import Experience
 from tests.helpers.experience_groups import shared_prompt_groups
 
-VARIANTS = {"plain": {}, "shared-prefix": {"share_prefix": True}, "lora": {"lora": True}, "kl": {"kl": True}}
+VARIANTS = {
+    "plain": {},
+    "shared-prefix": {"share_prefix": True},
+    "lora": {"lora": True},
+    "kl": {"kl": True},
+    "lora-kl": {"lora": True, "kl": True},  # the reference: the sharded policy with its adapters off
+}
 
 
 def test_share_micro_batches_pads_every_rank_to_the_same_count():
@@ -31,13 +37,15 @@ def experiences(vocab: int) -> list[Experience]:
 
 
 def build(variant: dict):
-    from r3l.learner.learner import apply_lora
+    from r3l.learner.learner import AdaptersOff, apply_lora
     from r3l.models import load_policy
 
     model, tokenizer = load_policy("tiny-random")
     model = model.float()
     reference = None
-    if variant.get("kl"):
+    if variant.get("kl") and variant.get("lora"):
+        reference = AdaptersOff()
+    elif variant.get("kl"):
         import copy
 
         reference = copy.deepcopy(model).eval().requires_grad_(False)

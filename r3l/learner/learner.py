@@ -55,6 +55,11 @@ def apply_lora(model, lora: LoraConfig):
     return get_peft_model(model, settings)
 
 
+class AdaptersOff:
+    """The KL reference of a LoRA policy: the policy itself with its adapters disabled, so no copy of the weights
+    is held (the base weights are frozen under LoRA, so this is the model before training)."""
+
+
 class MaskedLogits(torch.nn.Module):
     """The policy's forward as the learner runs it: logits [N, V] at the N positions whose next token is
     trained (the LM head runs on those only), through a shared prefix's cache when the batch has one. One
@@ -137,8 +142,10 @@ class Learner:
         self.nonfinite_streak = 0  # of them, how many in a row up to now
         self.loss_fn = POLICY_LOSSES.get(algorithm.policy_loss)
         self.correction = ROLLOUT_CORRECTIONS.get(algorithm.rollout_correction)
+        if isinstance(self.ref_model, AdaptersOff) and not callable(getattr(model, "disable_adapter", None)):
+            raise ValueError("an adapters-off KL reference needs a LoRA (PEFT) policy")
         self.forward_modules = {id(model): MaskedLogits(model)}
-        if self.ref_model is not None:
+        if self.ref_model is not None and not isinstance(self.ref_model, AdaptersOff):
             self.forward_modules[id(self.ref_model)] = MaskedLogits(self.ref_model)
         self.ranks.shard(
             model,
@@ -444,7 +451,7 @@ class Learner:
         if self.ref_model is None:
             return 0.0
         with torch.no_grad():
-            ref_logprobs = self._logprobs(self.ref_model, batch)[0]
+            ref_logprobs = self._reference_logprobs(batch)
         kl = aggregate(
             kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator),
             batch["loss_mask"],
@@ -453,6 +460,12 @@ class Learner:
         )
         sums["kl"] += kl.detach() / self.algorithm.updates_per_batch
         return self.algorithm.kl_coef * kl
+
+    def _reference_logprobs(self, batch) -> torch.Tensor:
+        if isinstance(self.ref_model, AdaptersOff):
+            with self.model.disable_adapter():
+                return self._logprobs(self.model, batch)[0]
+        return self._logprobs(self.ref_model, batch)[0]
 
     def _token_sums(self, batch, logprobs, logits, loss_metrics, prefix: str, sums: Sums) -> None:
         """Token-weighted sums of entropy, generator/learner mismatch and the loss's metrics (first pass only)."""
