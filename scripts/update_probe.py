@@ -1,6 +1,6 @@
 """How far one learner update moves a policy, and which parameters move it (issue 25).
 
-    python scripts/update_probe.py MODEL [override ...]
+    python scripts/update_probe.py MODEL [--variants full:1e-5,full:1e-6,lora:1e-5] [override ...]
 
 Explores one GRPO batch of the default job (arithmetic, 8 tasks x 8 samples) with MODEL, then for each
 variant (learning rate, LoRA) applies one update to a fresh copy of the weights and measures, on 32 held-out
@@ -60,8 +60,29 @@ def shift(old, new, sequences, prompt_lengths):
     return float(torch.stack(kls).mean()), float(torch.stack(deltas).mean())
 
 
+DEFAULT_VARIANTS = "full:1e-5,full:1e-6,lora:1e-5"
+
+
+def parse_variants(text: str) -> list[tuple[str, dict, bool]]:
+    """'full:1e-5,lora:1e-4' -> [(label, train changes, lora?)]; LoRA at the config's rank (model.lora.r)."""
+    variants = []
+    for item in text.split(","):
+        kind, _, lr = item.partition(":")
+        if kind not in ("full", "lora") or not lr:
+            sys.exit(f"error: variant '{item}' is not full:LR or lora:LR (e.g. --variants full:1e-6,lora:5e-5)")
+        variants.append((f"lr {lr} {kind}", {"lr": float(lr)}, kind == "lora"))
+    return variants
+
+
 def main() -> None:
-    name, overrides = sys.argv[1], sys.argv[2:]
+    args = sys.argv[1:]
+    variant_text = DEFAULT_VARIANTS
+    if "--variants" in args:
+        at = args.index("--variants")
+        variant_text = args[at + 1]
+        del args[at : at + 2]
+    name, overrides = args[0], args[1:]
+    variants = parse_variants(variant_text)
     base = [
         "eval.size=32",
         "logging.progress=false",
@@ -90,11 +111,6 @@ def main() -> None:
     )
     pristine = copy.deepcopy(trainer.parts.model.state_dict())
     old = teacher_forced_logprobs(trainer.parts.model, sequences, lengths)
-    variants = [
-        ("lr 1e-5 full", {"lr": 1e-5}, False),
-        ("lr 1e-6 full", {"lr": 1e-6}, False),
-        ("lr 1e-5 lora r16", {"lr": 1e-5}, True),
-    ]
     for label, train_changes, lora in variants:
         model = trainer.parts.model
         model.load_state_dict(pristine)
