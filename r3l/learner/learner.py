@@ -423,7 +423,10 @@ class Learner:
             denominator=part.denominator,
             **part.loss_args,
         )
-        if not counted:  # the policy's forward and backward are the collectives; the unsharded reference is not
+        if not counted:  # the policy's forward and backward are collectives; so is an adapters-off reference's
+            if isinstance(self.ref_model, AdaptersOff):
+                with torch.no_grad():
+                    self._reference_logprobs(batch)
             backward_adding_nothing(loss)
             return 0.0
         loss = loss + self._kl_term(batch, logprobs, kl_denominator, sums)
