@@ -425,8 +425,7 @@ class Learner:
         )
         if not counted:  # the policy's forward and backward are collectives; so is an adapters-off reference's
             if isinstance(self.ref_model, AdaptersOff):
-                with torch.no_grad():
-                    self._reference_logprobs(batch)
+                self._reference_logprobs(batch)
             backward_adding_nothing(loss)
             return 0.0
         loss = loss + self._kl_term(batch, logprobs, kl_denominator, sums)
@@ -453,8 +452,7 @@ class Learner:
         """kl_coef times the KL to the reference over the micro-batch's trained tokens (0 without a reference)."""
         if self.ref_model is None:
             return 0.0
-        with torch.no_grad():
-            ref_logprobs = self._reference_logprobs(batch)
+        ref_logprobs = self._reference_logprobs(batch)
         kl = aggregate(
             kl_penalty(logprobs, ref_logprobs, self.algorithm.kl_estimator),
             batch["loss_mask"],
@@ -464,6 +462,7 @@ class Learner:
         sums["kl"] += kl.detach() / self.algorithm.updates_per_batch
         return self.algorithm.kl_coef * kl
 
+    @torch.no_grad()
     def _reference_logprobs(self, batch) -> torch.Tensor:
         if isinstance(self.ref_model, AdaptersOff):
             with self.model.disable_adapter():
