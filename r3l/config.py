@@ -500,7 +500,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A config file's tree; `extends: OTHER.yaml` (a path relative to the file) starts from OTHER's tree, which
-    the file's own sections lie over key by key (merge_trees)."""
+    the file's own sections lie over key by key (extend_tree)."""
     data = read_yaml(path)
     parent = data.pop("extends", None)
     if parent is None:
@@ -512,7 +512,20 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
     if parent_path.resolve() in (*_seen, here):
         chain = " -> ".join(str(p) for p in (*_seen, here, parent_path.resolve()))
         raise UserError(f"config files extend each other in a loop: {chain}; remove one `extends`")
-    return merge_trees(read_config_file(parent_path, (*_seen, here)), data)
+    return extend_tree(read_config_file(parent_path, (*_seen, here)), data)
+
+
+def extend_tree(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """A child config file's tree over its parent's (merge_trees), except its `algorithm`: one that names another
+    algorithm starts afresh, as `algorithm=NAME` does (the parent's strategy, loss and their arguments belong to
+    the parent's algorithm); one that keeps the algorithm merges as presets do (merge_algorithm)."""
+    merged = merge_trees(parent, child)
+    below, above = _name_shorthand(parent.get("algorithm")), _name_shorthand(child.get("algorithm"))
+    if isinstance(below, dict) and isinstance(above, dict):
+        default = AlgorithmConfig.model_fields["name"].default
+        same = above.get("name", below.get("name", default)) == below.get("name", default)
+        merged["algorithm"] = copy.deepcopy(merge_algorithm(below, above) if same else above)
+    return merged
 
 
 def resolve_config_path(path: str) -> Path:

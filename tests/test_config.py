@@ -136,6 +136,20 @@ def test_a_config_file_extends_another_and_lies_over_it(tmp_path):
     assert config.env.args["test_size"] == 9  # overrides still come last
 
 
+def test_a_child_file_that_names_another_algorithm_starts_its_algorithm_afresh(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "algorithm: {name: r3l, kl_coef: 0.0, strategy_args: {retry_from: scratch}, loss_args: {tau: 2.0}}\n"
+    )
+    (tmp_path / "grpo.yaml").write_text("extends: base.yaml\nalgorithm: grpo\n")
+    (tmp_path / "same.yaml").write_text("extends: base.yaml\nalgorithm: {strategy_args: {sft_weight: 0.25}}\n")
+    switched = load_config(str(tmp_path / "grpo.yaml")).algorithm
+    grpo = load_config(None, ["algorithm=grpo"]).algorithm
+    assert switched == grpo  # nothing of r3l's strategy, loss or KL setting carried into GRPO
+    kept = load_config(str(tmp_path / "same.yaml")).algorithm
+    assert kept.name == "r3l" and kept.kl_coef == 0.0 and kept.loss_args == {"tau": 2.0}
+    assert kept.strategy_args["retry_from"] == "scratch" and kept.strategy_args["sft_weight"] == 0.25
+
+
 def test_extends_loops_and_missing_parents_are_one_line_errors(tmp_path):
     (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
     (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
