@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from r3l.compare.budget import budget_arm, reference_cost
-from r3l.compare.notes import differing_settings, overlap_counts
+from r3l.compare.notes import code_note, differing_settings, overlap_counts
 from r3l.compare.plan import Arm, Budget, RunSpec, make_arms
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
 from r3l.compare.run import parse_seeds
@@ -326,3 +326,13 @@ def test_long_arm_labels_wrap_after_underscores_and_at_spaces():
 def test_an_unknown_interval_is_not_invented():
     estimate = seed_level_interval([[1, 0, 1]])
     assert math.isnan(estimate.low)
+
+
+def test_the_code_note_tells_runs_without_a_code_version_from_runs_not_made_yet():
+    made = [RunResult("grpo", seed, settings={"run.seed": seed}, code=["abc"]) for seed in (0, 1)]
+    old = RunResult("grpo", 2, settings={"run.seed": 2})  # a config, no provenance.jsonl: made before it existed
+    missing = RunResult("r3", 0)  # no run directory yet
+    assert code_note(made) == "Code: 1 version(s) of the source across 2 run(s) that recorded one."
+    assert code_note([*made, old, missing]) == (
+        "Code: 1 version(s) of the source across 2 run(s) that recorded one (1 recorded none, 1 not run yet)."
+    )
