@@ -522,8 +522,7 @@ def extend_tree(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]
     merged = merge_trees(parent, child)
     below, above = _name_shorthand(parent.get("algorithm")), _name_shorthand(child.get("algorithm"))
     if isinstance(below, dict) and isinstance(above, dict):
-        default = AlgorithmConfig.model_fields["name"].default
-        same = above.get("name", below.get("name", default)) == below.get("name", default)
+        same = "name" not in above or above["name"] == below.get("name", AlgorithmConfig.model_fields["name"].default)
         merged["algorithm"] = copy.deepcopy(merge_algorithm(below, above) if same else above)
     return merged
 

@@ -93,9 +93,13 @@ def code_note(results: Sequence[RunResult]) -> str:
     versions = {version for r in recorded for version in r.code}
     mixed = [f"{r.label} seed {r.seed}" for r in recorded if len(r.code) > 1]
     line = f"Code: {len(versions)} version(s) of the source across {len(recorded)} run(s) that recorded one"
-    silent = sum(1 for r in results if not r.code and r.settings)  # a run with a config, made before provenance
-    not_run = sum(1 for r in results if not r.code and not r.settings)
-    remarks = [f"{silent} recorded none"] * bool(silent) + [f"{not_run} not run yet"] * bool(not_run)
+    unrecorded = [r for r in results if not r.code]
+    silent = sum(1 for r in unrecorded if r.settings)  # a run with a config, made before provenance.jsonl
+    remarks = []
+    if silent:
+        remarks.append(f"{silent} recorded none")
+    if len(unrecorded) > silent:
+        remarks.append(f"{len(unrecorded) - silent} not run yet")
     if remarks:
         line += f" ({', '.join(remarks)})"
     return line + (f"; resumed under other code: {', '.join(mixed)}." if mixed else ".")
