@@ -11,7 +11,7 @@ import pytest
 
 from r3l.compare.budget import budget_arm, reference_cost
 from r3l.compare.notes import code_note, differing_settings, overlap_counts
-from r3l.compare.plan import Arm, Budget, RunSpec, make_arms
+from r3l.compare.plan import Arm, Budget, RunSpec, make_arms, plan_runs
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
 from r3l.compare.run import parse_seeds
 from r3l.compare.stats import difference_interval, seed_level_interval
@@ -36,6 +36,13 @@ def test_seeds_and_arms():
         make_arms(["gpro"], None)
     with pytest.raises(UserError, match="share the name"):
         make_arms(["grpo", "grpo"], None)
+
+
+def test_runs_go_seed_by_seed_so_a_stopped_comparison_has_whole_seeds(tmp_path):
+    arms = make_arms(["grpo", "r3l"], None)
+    order = [(spec.arm.label, spec.seed) for spec in plan_runs(arms, [0, 1], tmp_path)]
+    assert order == [("grpo", 0), ("r3l", 0), ("grpo", 1), ("r3l", 1)]
+    assert plan_runs(arms, [0], tmp_path)[1].directory == tmp_path / "r3l" / "seed0"
 
 
 def _samples(outcomes: list[int], prefix: str = "t") -> list[dict]:

@@ -66,7 +66,9 @@ def make_arms(names: Sequence[str], base: str | None) -> list[Arm]:
 
 
 def plan_runs(arms: Sequence[Arm], seeds: Sequence[int], out: Path) -> list[RunSpec]:
-    return [RunSpec(arm, seed, out / arm.label / f"seed{seed}") for arm in arms for seed in seeds]
+    """Seed by seed (every arm's first seed, then every arm's second, ...), so that a comparison stopped part
+    way holds the same seeds in every arm."""
+    return [RunSpec(arm, seed, out / arm.label / f"seed{seed}") for seed in seeds for arm in arms]
 
 
 def train_command(spec: RunSpec, overrides: Sequence[str], allow_code_change: bool = False) -> list[str]:
