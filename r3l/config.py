@@ -227,6 +227,13 @@ class TrainConfig(Section):
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     schedule: Literal["constant", "cosine"] = "constant"
     micro_batch_size: int = Field(16, gt=0, description="most experiences one forward pass takes")
+    micro_batch_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="most padded positions (rows x width, shared prefixes once) one forward pass takes, so that "
+        "the learner's activation memory is bounded by tokens, not rows; an experience longer than this is a "
+        "pass of its own (null: rows alone cap a pass)",
+    )
     micro_batch_overhead: int = Field(
         64,
         ge=0,

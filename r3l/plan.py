@@ -132,6 +132,16 @@ class Layout:
     vllm_sleeps: bool
     sequences: int  # per step
     decoded_at_once: int  # sequences whose KV cache the HF generator holds together (episodes in flight)
+    micro_batch_tokens: int | None = None  # a cap on a micro-batch's padded positions (train.micro_batch_tokens)
+
+
+def positions_per_pass(layout: Layout) -> int:
+    """The padded positions of the largest micro-batch: rows x context, within the positions cap (a sequence
+    longer than the cap is a pass of its own)."""
+    rows_full = layout.micro_batch * layout.context
+    if layout.micro_batch_tokens is None:
+        return rows_full
+    return min(rows_full, max(layout.micro_batch_tokens, layout.context))
 
 
 def memory_parts(shape: Shape, layout: Layout, device_gib: float) -> dict[str, float]:
@@ -139,7 +149,7 @@ def memory_parts(shape: Shape, layout: Layout, device_gib: float) -> dict[str, f
     total = parameter_count(shape)
     lora = layout.lora_rank is not None
     trainable = lora_parameter_count(shape, layout.lora_rank or 0, list(layout.lora_targets)) if lora else total
-    tokens = layout.micro_batch * layout.context
+    tokens = positions_per_pass(layout)
     per_layer = ACTIVATION_VALUES_PER_TOKEN_AND_UNIT * tokens * shape.hidden
     if layout.gradient_checkpointing:  # each layer keeps its input; one layer's activations are live at a time
         kept = shape.layers * 2 * tokens * shape.hidden + per_layer
@@ -211,6 +221,7 @@ def layout_of(config: Config) -> Layout:
         vllm_sleeps=own.get("sleep", "auto") in ("auto", True),
         sequences=sequences,
         decoded_at_once=min(sequences, config.agent.env_workers) if multi_turn else sequences,
+        micro_batch_tokens=config.train.micro_batch_tokens,
     )
 
 
@@ -233,6 +244,7 @@ def plan_table(config: Config, device_gib: float) -> tuple[str, bool, str]:
         "",
         f"a step: {sequences} sequences ({config.train.tasks_per_step} tasks x {config.sampling.group_size}), "
         f"up to {sequences * config.sampling.max_new_tokens:,} generated tokens per turn, "
-        f"micro-batches of {layout.micro_batch} at a context of up to {layout.context:,} tokens",
+        f"micro-batches of {layout.micro_batch} at a context of up to {layout.context:,} tokens"
+        + (f", at most {layout.micro_batch_tokens:,} positions a pass" if layout.micro_batch_tokens else ""),
     ]
     return "\n".join(lines), peak <= device_gib, advice(parts, layout)

@@ -45,6 +45,15 @@ def test_micro_batches_sort_by_length_and_cut_where_padding_costs_most():
     assert micro_batches(lengths, 2, overhead=1000) == [[0, 1], [4], [2, 3]]
 
 
+def test_micro_batches_keep_under_a_positions_cap_and_a_longer_one_goes_alone():
+    lengths = [10, 11, 40, 41, 13]
+    # 40 41 together pad to 82 positions: over a cap of 60 they split, whatever one more pass costs
+    assert micro_batches(lengths, 3, overhead=5, max_positions=60) == [[0, 1, 4], [2], [3]]
+    # a cap of 30: 10 11 (22) fits, 10 11 13 (39) does not; 40 and 41 are each over it, so alone
+    assert micro_batches(lengths, 3, overhead=1000, max_positions=30) == [[0, 1], [4], [2], [3]]
+    assert micro_batches(lengths, 3, overhead=5, max_positions=None) == [[0, 1, 4], [2, 3]]
+
+
 def test_assign_advantages_uses_groups():
     items = [experience([1, 2], [0, 1], group="a", reward=r) for r in (1.0, 0.0)]
     items += [experience([1, 2], [0, 1], group="b", reward=r) for r in (1.0, 1.0)]

@@ -1,5 +1,6 @@
 """One update's gradient does not depend on how its batch is cut into micro-batches: one experience per pass,
-padding-aware cuts (train.micro_batch_overhead) and one pass for all give the same gradient, with and without
+padding-aware cuts (train.micro_batch_overhead), a cap on a pass's positions (train.micro_batch_tokens) and one
+pass for all give the same gradient, with and without
 shared prefixes, for a policy-loss part beside an SFT part normalised on its own (R3L's batches)."""
 
 import pytest
@@ -10,7 +11,8 @@ from r3l.experience import Experience
 from r3l.learner.learner import Learner
 from tests.helpers.experience_groups import shared_prompt_groups
 
-CUTS = [(1, 0), (3, 64), (4, 0), (16, 64)]  # (micro_batch_size, micro_batch_overhead)
+# (micro_batch_size, micro_batch_overhead, micro_batch_tokens)
+CUTS = [(1, 0, None), (3, 64, None), (4, 0, None), (16, 64, None), (16, 64, 40)]
 
 
 def batch(vocab: int) -> list[Experience]:
@@ -35,13 +37,19 @@ def batch(vocab: int) -> list[Experience]:
     return records
 
 
-def gradient(size: int, overhead: int, share_prefix: bool) -> tuple[torch.Tensor, float]:
+def gradient(size: int, overhead: int, tokens: int | None, share_prefix: bool) -> tuple[torch.Tensor, float]:
     from r3l.models import load_policy
 
     model, tokenizer = load_policy("tiny-random")
     model = model.float()
     algorithm = AlgorithmConfig(kl_coef=0.0, sft_loss="nll")
-    train = TrainConfig(micro_batch_size=size, micro_batch_overhead=overhead, share_prefix=share_prefix, grad_clip=1e9)
+    train = TrainConfig(
+        micro_batch_size=size,
+        micro_batch_overhead=overhead,
+        micro_batch_tokens=tokens,
+        share_prefix=share_prefix,
+        grad_clip=1e9,
+    )
     learner = Learner(model, tokenizer, algorithm, train, temperature=1.0, autocast_bf16=False)
     seen = []
     learner.optimizer.step = lambda: seen.append(torch.cat([p.grad.flatten().clone() for p in model.parameters()]))
@@ -55,7 +63,7 @@ def test_the_gradient_does_not_depend_on_the_micro_batches(share_prefix):
     torch.manual_seed(0)
     reference, reference_norm = gradient(*CUTS[0], share_prefix)
     assert reference_norm > 0 and reference.abs().max() > 0
-    for size, overhead in CUTS[1:]:
-        step, norm = gradient(size, overhead, share_prefix)
-        assert norm == pytest.approx(reference_norm, rel=1e-5), (size, overhead)
+    for size, overhead, tokens in CUTS[1:]:
+        step, norm = gradient(size, overhead, tokens, share_prefix)
+        assert norm == pytest.approx(reference_norm, rel=1e-5), (size, overhead, tokens)
         torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-5 * float(reference.abs().max()))

@@ -1,9 +1,21 @@
 """`r3l plan`: parameter counts and per-device memory on hand-computed numbers, the published sizes of the models the
 recipes name, and a layout that cannot fit refused in one line naming the setting to change."""
 
+from dataclasses import replace
+
 import pytest
 
-from r3l.plan import GIB, HUB_SHAPES, Layout, Shape, lora_parameter_count, memory_parts, parameter_count, peak_gib
+from r3l.plan import (
+    GIB,
+    HUB_SHAPES,
+    Layout,
+    Shape,
+    lora_parameter_count,
+    memory_parts,
+    parameter_count,
+    peak_gib,
+    positions_per_pass,
+)
 from tests.conftest import run_cli
 
 TOY = Shape(hidden=4, intermediate=8, layers=2, heads=2, kv_heads=1, vocab=10, tied=True)
@@ -63,6 +75,31 @@ def test_memory_per_device_by_hand():
     assert peak_gib(memory_parts(TOY, awake, 1.0), awake) == pytest.approx(
         (resident + 0.5 * GIB + 34 * 3 * 4 * 2 + 160) / GIB * 1.1
     )
+
+
+def test_a_positions_cap_bounds_the_positions_a_pass_keeps_activations_for():
+    rows = Layout(
+        ranks=1,
+        model_bytes=4,
+        lora_rank=None,
+        lora_targets=(),
+        gradient_checkpointing=False,
+        micro_batch=4,
+        context=100,
+        trained_tokens=8,
+        kl_reference=False,
+        generator="hf",
+        vllm_share=0.0,
+        vllm_sleeps=False,
+        sequences=8,
+        decoded_at_once=8,
+    )
+    assert positions_per_pass(rows) == 400
+    assert positions_per_pass(replace(rows, micro_batch_tokens=150)) == 150
+    assert positions_per_pass(replace(rows, micro_batch_tokens=50)) == 100  # a sequence over the cap: a pass alone
+    assert positions_per_pass(replace(rows, micro_batch_tokens=1000)) == 400
+    capped = replace(rows, micro_batch_tokens=150)
+    assert memory_parts(TOY, capped, 1.0)["activations (bf16)"] * GIB == 34 * 150 * 4 * 2
 
 
 def test_plan_prints_the_table_and_refuses_what_cannot_fit_in_one_line():

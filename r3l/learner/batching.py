@@ -11,11 +11,13 @@ from r3l.experience import Experience
 from r3l.rollout.constraints import TokenMasks, stack_masks
 
 
-def cheapest_split(widths: Sequence[tuple[int, int, int]], size: int, overhead: int) -> list[list[int]]:
+def cheapest_split(
+    widths: Sequence[tuple[int, int, int]], size: int, overhead: int, max_positions: int | None = None
+) -> list[list[int]]:
     """Indices of `widths` (rows, prefix width, row width) per item, kept in their order and cut into contiguous
-    micro-batches of at most `size` rows that cost the fewest padded positions: a micro-batch of items pays
-    items x its widest prefix + rows x its widest row, plus `overhead` positions for running one more forward.
-    An item wider than `size` rows is a micro-batch of its own."""
+    micro-batches of at most `size` rows and `max_positions` padded positions (None: no cap) that cost the fewest
+    padded positions: a micro-batch of items pays items x its widest prefix + rows x its widest row, plus
+    `overhead` positions for running one more forward. An item over either cap is a micro-batch of its own."""
     count = len(widths)
     best = [0] + [math.inf] * count  # best[j]: the cheapest split of the first j items
     cut = [0] * (count + 1)
@@ -24,9 +26,11 @@ def cheapest_split(widths: Sequence[tuple[int, int, int]], size: int, overhead: 
         for start in range(end - 1, -1, -1):
             n, p, w = widths[start]
             rows, prefix, row = rows + n, max(prefix, p), max(row, w)
-            if rows > size and start < end - 1:
+            positions = (end - start) * prefix + rows * row
+            too_big = rows > size or (max_positions is not None and positions > max_positions)
+            if too_big and start < end - 1:  # both only grow as the micro-batch reaches further back
                 break
-            cost = best[start] + (end - start) * prefix + rows * row + overhead
+            cost = best[start] + positions + overhead
             if cost < best[end]:
                 best[end], cut[end] = cost, start
     batches: list[list[int]] = []
@@ -37,11 +41,13 @@ def cheapest_split(widths: Sequence[tuple[int, int, int]], size: int, overhead: 
     return batches[::-1]
 
 
-def micro_batches(lengths: Sequence[int], size: int, overhead: int = 0) -> list[list[int]]:
-    """Indices sorted by length and cut into micro-batches of at most `size` where that pads the least (see
-    `cheapest_split`)."""
+def micro_batches(
+    lengths: Sequence[int], size: int, overhead: int = 0, max_positions: int | None = None
+) -> list[list[int]]:
+    """Indices sorted by length and cut into micro-batches of at most `size` rows and `max_positions` padded
+    positions where that pads the least (see `cheapest_split`)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    split = cheapest_split([(1, 0, lengths[i]) for i in order], size, overhead)
+    split = cheapest_split([(1, 0, lengths[i]) for i in order], size, overhead, max_positions)
     return [[order[i] for i in batch] for batch in split]
 
 
@@ -98,9 +104,12 @@ def shared_prefix_length(experience: Experience) -> int:
     return max(0, first_trained - 1)
 
 
-def prefix_micro_batches(experiences: Sequence[Experience], size: int, overhead: int = 0) -> list[list[int]]:
+def prefix_micro_batches(
+    experiences: Sequence[Experience], size: int, overhead: int = 0, max_positions: int | None = None
+) -> list[list[int]]:
     """Indices grouped so that each micro-batch holds whole runs of experiences with one shared prefix (a run
-    longer than `size` in chunks of `size`), runs of like widths together where that pads the least."""
+    longer than `size` in chunks of `size`), runs of like widths together where that pads the least, at most
+    `max_positions` padded positions a micro-batch where a chunk alone fits."""
     runs: dict[tuple[int, ...], list[int]] = {}
     for index, experience in enumerate(experiences):
         runs.setdefault(tuple(experience.tokens[: shared_prefix_length(experience)]), []).append(index)
@@ -112,7 +121,7 @@ def prefix_micro_batches(experiences: Sequence[Experience], size: int, overhead:
         )
     ]
     order = sorted(range(len(chunks)), key=lambda c: (widths[c][1] + widths[c][2], widths[c][1]))
-    split = cheapest_split([widths[c] for c in order], size, overhead)
+    split = cheapest_split([widths[c] for c in order], size, overhead, max_positions)
     return [[i for c in batch for i in chunks[order[c]]] for batch in split]
 
 

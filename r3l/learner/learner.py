@@ -265,11 +265,10 @@ class Learner:
         return float(len(experiences))
 
     def _micro_batches(self, experiences: Sequence[Experience]) -> list[list[int]]:
+        caps = (self.train.micro_batch_size, self.train.micro_batch_overhead, self.train.micro_batch_tokens)
         if self._share_prefix(experiences):
-            return prefix_micro_batches(experiences, self.train.micro_batch_size, self.train.micro_batch_overhead)
-        return micro_batches(
-            [len(e.tokens) for e in experiences], self.train.micro_batch_size, self.train.micro_batch_overhead
-        )
+            return prefix_micro_batches(experiences, *caps)
+        return micro_batches([len(e.tokens) for e in experiences], *caps)
 
     def _loss_parts(self, trained: Sequence[Experience]) -> list[tuple[str, list[Experience], Any, dict]]:
         """(name, experiences, loss function, loss args), each part normalised on its own. SFT-objective
