@@ -44,23 +44,26 @@ def test_the_known_shapes_have_their_published_sizes(name, billions):
     assert parameter_count(HUB_SHAPES[name]) / 1e9 == pytest.approx(billions, rel=0.01)
 
 
+HAND_LAYOUT = Layout(
+    ranks=2,
+    model_bytes=4,
+    lora_rank=None,
+    lora_targets=(),
+    gradient_checkpointing=False,
+    micro_batch=1,
+    context=3,
+    trained_tokens=2,
+    kl_reference=True,
+    generator="vllm",
+    vllm_share=0.5,
+    vllm_sleeps=True,
+    sequences=4,
+    decoded_at_once=4,
+)
+
+
 def test_memory_per_device_by_hand():
-    layout = Layout(
-        ranks=2,
-        model_bytes=4,
-        lora_rank=None,
-        lora_targets=(),
-        gradient_checkpointing=False,
-        micro_batch=1,
-        context=3,
-        trained_tokens=2,
-        kl_reference=True,
-        generator="vllm",
-        vllm_share=0.5,
-        vllm_sleeps=True,
-        sequences=4,
-        decoded_at_once=4,
-    )
+    layout = HAND_LAYOUT
     parts = {name: value * GIB for name, value in memory_parts(TOY, layout, device_gib=1.0).items()}
     assert parts["weights"] == 348 * 4 / 2 and parts["gradients (fp32)"] == 348 * 4 / 2
     assert parts["Adam state (fp32, 2 moments)"] == 348 * 8 / 2
@@ -78,22 +81,7 @@ def test_memory_per_device_by_hand():
 
 
 def test_a_positions_cap_bounds_the_positions_a_pass_keeps_activations_for():
-    rows = Layout(
-        ranks=1,
-        model_bytes=4,
-        lora_rank=None,
-        lora_targets=(),
-        gradient_checkpointing=False,
-        micro_batch=4,
-        context=100,
-        trained_tokens=8,
-        kl_reference=False,
-        generator="hf",
-        vllm_share=0.0,
-        vllm_sleeps=False,
-        sequences=8,
-        decoded_at_once=8,
-    )
+    rows = replace(HAND_LAYOUT, micro_batch=4, context=100)
     assert positions_per_pass(rows) == 400
     assert positions_per_pass(replace(rows, micro_batch_tokens=150)) == 150
     assert positions_per_pass(replace(rows, micro_batch_tokens=50)) == 100  # a sequence over the cap: a pass alone
