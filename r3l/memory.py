@@ -1,5 +1,5 @@
-"""The process's memory: resident now and the peak so far (MiB), handing freed heap back to the system, and a
-smaller oneDNN kernel cache.
+"""The process's memory: resident now and the peak so far (MiB) against what it may hold, handing freed heap back
+to the system, and a smaller oneDNN kernel cache.
 
 glibc keeps freed blocks for reuse: after one long batch a CPU run's resident size stays at that batch's high-water
 mark for the rest of the run, which reads as growth. `release_free_memory` (malloc_trim) returns those free pages
@@ -18,6 +18,7 @@ import resource
 import sys
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path, PurePosixPath
 
 ONEDNN_CACHE_CAPACITY = 256
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -45,6 +46,55 @@ def limit_onednn_cache() -> None:
 
 def memory_metrics() -> dict[str, float]:
     return {"rss_mib": resident_mib(), "peak_rss_mib": peak_resident_mib()}
+
+
+def memory_limit_mib(proc: str = "/proc", cgroups: str = "/sys/fs/cgroup") -> tuple[float, str] | None:
+    """The most memory this process may hold (MiB) and what sets it: the machine's memory, or a memory cgroup's
+    cap (v1 or v2; this process's cgroup or one above it) where that is lower. None where /proc is missing."""
+    try:
+        with open(f"{proc}/meminfo") as meminfo:
+            total = next(int(line.split()[1]) / 1024 for line in meminfo if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+    best = (total, "the machine's memory")
+    try:
+        with open(f"{proc}/self/cgroup") as membership:
+            lines = membership.read().splitlines()
+    except OSError:
+        return best
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if "memory" in controllers.split(","):
+            folder, name = Path(cgroups) / "memory", "memory.limit_in_bytes"
+        elif hierarchy == "0" and not controllers:
+            folder, name = Path(cgroups), "memory.max"
+        else:
+            continue
+        for group in (PurePosixPath(path), *PurePosixPath(path).parents):
+            cap = _cap_mib(folder / str(group).lstrip("/") / name)
+            if cap is not None and cap < best[0]:
+                best = (cap, f"memory cgroup {group}")
+    return best
+
+
+def _cap_mib(file: Path) -> float | None:
+    try:
+        text = file.read_text().strip()
+    except OSError:
+        return None
+    return int(text) / 2**20 if text.isdigit() else None  # "max" (v2): no cap
+
+
+def headroom_warning(peak_mib: float, limit: tuple[float, str] | None, share: float = 0.9) -> str | None:
+    """A warning once the run's peak resident memory has reached `share` of what it may hold: memory grows with
+    the longest batch, and a later, longer one is killed without a word from this process."""
+    if limit is None or peak_mib < share * limit[0]:
+        return None
+    return (
+        f"peak resident memory {peak_mib:,.0f} MiB is {peak_mib / limit[0]:.0%} of the {limit[0]:,.0f} MiB this "
+        f"process may hold ({limit[1]}): a longer batch may be killed; cap the learner's passes with "
+        "train.micro_batch_tokens (or a smaller train.micro_batch_size), or set model.gradient_checkpointing=true"
+    )
 
 
 @lru_cache(maxsize=1)

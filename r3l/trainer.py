@@ -43,7 +43,7 @@ from r3l.learner.checkpoint import (
 from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning
 from r3l.learner.weights import load_weights, merged_state_dict, saved_adapter
 from r3l.logging import MetricsLogger, TrainProgress, console
-from r3l.memory import map_large_blocks, memory_metrics, release_free_memory
+from r3l.memory import headroom_warning, map_large_blocks, memory_limit_mib, memory_metrics, release_free_memory
 from r3l.provenance import check_resume, code_version, display_path, record_session, record_tasks
 from r3l.rollout.deferred import DeferredGenerator
 from r3l.rollout.generator import Generator
@@ -149,6 +149,7 @@ class Trainer:
             self.learner = make_learner(config, self.model, self.parts.tokenizer, ref_model)
         self.step = 0
         self.history: dict[str, Any] = {}
+        self.memory_limit = memory_limit_mib()  # warned about once, when the peak comes near it
         self.rollout_pool = self.pipeline = None
         if config.distributed.rollout_workers:
             from r3l.distributed.rollout_pool import RolloutPool
@@ -338,6 +339,10 @@ class Trainer:
         if self.config.train.release_free_memory:
             release_free_memory()
         metrics.update(memory_metrics())
+        warning = headroom_warning(metrics["peak_rss_mib"], self.memory_limit)
+        if warning:
+            console.print(f"[yellow]warning: {warning}[/]", soft_wrap=True)
+            self.memory_limit = None
         self.step += 1
         self.spend(generated_tokens=metrics.get("generated_tokens", 0.0) + rebuilt, seconds=metrics["step_seconds"])
         return metrics

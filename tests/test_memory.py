@@ -3,7 +3,14 @@
 import pytest
 import torch
 
-from r3l.memory import memory_metrics, release_free_memory, resident_mib, rss_growth
+from r3l.memory import (
+    headroom_warning,
+    memory_limit_mib,
+    memory_metrics,
+    release_free_memory,
+    resident_mib,
+    rss_growth,
+)
 
 
 def test_growth_compares_the_late_median_with_the_one_right_after_warm_up():
@@ -62,3 +69,58 @@ def test_mapped_large_blocks_go_back_to_the_system_when_freed(mode):
         assert returned > 100  # the 128 MiB of freed blocks left the process
     else:
         assert returned < 32  # glibc's own threshold had moved above them: they stay in the heap, resident
+
+
+def _machine(root, cgroup_lines: str, caps: dict[str, str]):
+    """A /proc and a /sys/fs/cgroup as files: 8 GiB of memory, this process's cgroups and their caps."""
+    proc, cgroups = root / "proc", root / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text("MemTotal:        8388608 kB\nMemFree:         1024 kB\n")
+    (proc / "self" / "cgroup").write_text(cgroup_lines)
+    for relative, value in caps.items():
+        (cgroups / relative).parent.mkdir(parents=True, exist_ok=True)
+        (cgroups / relative).write_text(value + "\n")
+    return str(proc), str(cgroups)
+
+
+def test_the_memory_limit_is_the_lowest_cap_above_the_process(tmp_path):
+    v1 = _machine(
+        tmp_path / "v1",
+        "4:memory:/jobs/exp\n3:cpuset:/\n0::/\n",
+        {
+            "memory/memory.limit_in_bytes": "9223372036854771712",  # no cap at the root
+            "memory/jobs/memory.limit_in_bytes": str(6 * 2**30),  # the parent's cap is the lower one
+            "memory/jobs/exp/memory.limit_in_bytes": str(7 * 2**30),
+        },
+    )
+    assert memory_limit_mib(*v1) == (6 * 1024, "memory cgroup /jobs")
+    v2 = _machine(tmp_path / "v2", "0::/user/run\n", {"user/run/memory.max": "max", "user/memory.max": str(2**32)})
+    assert memory_limit_mib(*v2) == (4096, "memory cgroup /user")
+    uncapped = _machine(tmp_path / "none", "0::/user/run\n", {"user/run/memory.max": "max"})
+    assert memory_limit_mib(*uncapped) == (8192, "the machine's memory")
+    assert memory_limit_mib(str(tmp_path / "nowhere"), str(tmp_path)) is None
+    real = memory_limit_mib()
+    assert real is not None and real[0] > 0
+
+
+def test_a_warning_once_the_peak_nears_the_limit():
+    limit = (20480.0, "memory cgroup /exp")
+    assert headroom_warning(18000, limit) is None  # 88 %
+    warning = headroom_warning(19775, limit)  # R3L's GuessTheNumber arm at step 9, a step before it was killed
+    assert warning is not None and "97% of the 20,480 MiB" in warning and "train.micro_batch_tokens" in warning
+    assert headroom_warning(19775, None) is None
+
+
+def test_a_run_warns_once_when_its_peak_nears_what_it_may_hold(tmp_path, capsys):
+    from r3l.config import load_config
+    from r3l.trainer import Trainer
+
+    small = ["model=tiny-random", "env=countdown", "sampling.group_size=2", "sampling.max_new_tokens=4"]
+    quiet = ["eval.size=0", "logging.progress=false", "logging.tensorboard=false", "generator.dtype=float32"]
+    config = load_config(None, [*small, *quiet, "train.tasks_per_step=2", "train.steps=2", f"run.dir={tmp_path}"])
+    trainer = Trainer(config)
+    assert trainer.memory_limit is not None  # this machine's, read at the start
+    trainer.memory_limit = (1.0, "a cap of 1 MiB")  # what a run near its cgroup's cap sees
+    trainer.run()
+    printed = capsys.readouterr().err  # the console writes to stderr
+    assert printed.count("warning: peak resident memory") == 1 and "(a cap of 1 MiB)" in printed
