@@ -16,8 +16,9 @@ from r3l.compare.summary import MEASURES, Evaluation, RunResult
 INTERVAL_NOTE = (
     "Intervals: 95%, with the seed as the unit: a seeds x problems table of held-out outcomes, its variance "
     "from the spread between seed means and between problems (docs/DESIGN.md, 'Seeds are the unit'); a change or "
-    "a difference pairs the problems both sides answered, seeds independent between arms. The untrained model is "
-    "one model evaluated greedily (identical on every seed), so it varies with the problems only. Per-seed Wilson "
+    "a difference pairs the problems both sides answered, seeds independent between arms. The untrained model, "
+    "where every seed's evaluation before training gave the same answers (greedy, or sampled from one eval.seed), "
+    "is one model, so it varies with the problems only. Per-seed Wilson "
     "intervals (below) count the problems alone. Cost: everything a run spent, every session, redone steps, "
     "R3's failure set and the evaluations included (means per run)."
 )
