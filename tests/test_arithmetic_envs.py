@@ -1,6 +1,9 @@
 """The 'arithmetic' and 'gsm' environments, answer extraction and the named verifiers."""
 
 import logging
+import subprocess
+import sys
+import textwrap
 from fractions import Fraction
 
 import pytest
@@ -283,3 +286,33 @@ def test_math_verify_does_not_warn_that_its_own_timeouts_are_off(caplog, monkeyp
         logging.getLogger("math_verify.parser").warning("another warning")
     assert "Timeout is disabled" not in caplog.text
     assert "another warning" in caplog.text
+
+
+def test_the_first_symbolic_comparison_imports_nothing_inside_its_time_budget():
+    """The first math-verify comparison in a process imports the rest of sympy (slow on a loaded machine: the
+    reason '1+x' once failed to match 'x+1' under CI's load); that happens before the budget's clock starts."""
+    pytest.importorskip("math_verify")
+    probe = textwrap.dedent(
+        """
+        import sys
+        from contextlib import contextmanager
+        from r3l.grading import verifiers
+
+        budgeted = verifiers._time_budget
+        imported_inside = []
+
+        @contextmanager
+        def watched(seconds):
+            before = set(sys.modules)
+            with budgeted(seconds):
+                yield
+            imported_inside.extend(sorted(set(sys.modules) - before))
+
+        verifiers._time_budget = watched
+        assert verifiers.answers_match("1+x", "x+1")
+        print(imported_inside)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -12,6 +12,7 @@ docs/VERIFIERS.md lists where these verdicts differ from the scorers shipped wit
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -176,8 +177,7 @@ def _time_budget(seconds: float):
 def _math_verify(gold: str, answer: str, answer_is_whole_reply: bool = False) -> bool:
     """math-verify's judgement within one wall-clock budget for parsing both sides and comparing (its own
     per-call timeouts are whole seconds each); out of time counts as not equal."""
-    from math_verify import parse, verify  # imported lazily: it pulls in sympy
-
+    parse, verify = _warm_math_verify()
     try:
         with _time_budget(MATH_VERIFY_BUDGET_S):
             parsed_gold = _parse_short(gold, parse)
@@ -189,6 +189,17 @@ def _math_verify(gold: str, answer: str, answer_is_whole_reply: bool = False) ->
             return bool(verify(parsed_gold, parsed_answer, timeout_seconds=None))
     except _OutOfTime:
         return False
+
+
+@functools.cache
+def _warm_math_verify():
+    """math-verify's parse and verify, after one symbolic comparison run outside any budget: the first one in a
+    process imports the rest of sympy (0.1 s alone here, seconds on a loaded machine), which a 0.75 s budget
+    would count against the answer being graded."""
+    from math_verify import parse, verify  # imported lazily: it pulls in sympy
+
+    verify(parse("$x+1$", parsing_timeout=None), parse("$1+x$", parsing_timeout=None), timeout_seconds=None)
+    return parse, verify
 
 
 def _parse_short(text: str, parse) -> list:
