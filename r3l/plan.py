@@ -125,7 +125,7 @@ class Layout:
     gradient_checkpointing: bool
     micro_batch: int
     context: int
-    trained_tokens: int  # per micro-batch: where the logits are computed
+    trained_tokens: int  # per micro-batch: where the logits are computed (at most its positions)
     kl_reference: bool
     generator: str
     vllm_share: float  # of the device, for vLLM
@@ -160,7 +160,7 @@ def memory_parts(shape: Shape, layout: Layout, device_gib: float) -> dict[str, f
         "gradients (fp32)": trainable * 4 / layout.ranks,
         "Adam state (fp32, 2 moments)": trainable * 8 / layout.ranks,
         "activations (bf16)": kept,
-        "trained logits (fp32, x2)": layout.trained_tokens * shape.vocab * 4 * 2,
+        "trained logits (fp32, x2)": min(layout.trained_tokens, tokens) * shape.vocab * 4 * 2,
         "KL reference (a full copy)": total * layout.model_bytes if layout.kl_reference else 0.0,
         "rank 0's unsharded copy": total * layout.model_bytes if layout.ranks > 1 else 0.0,
     }

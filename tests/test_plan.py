@@ -86,8 +86,11 @@ def test_a_positions_cap_bounds_the_positions_a_pass_keeps_activations_for():
     assert positions_per_pass(replace(rows, micro_batch_tokens=150)) == 150
     assert positions_per_pass(replace(rows, micro_batch_tokens=50)) == 100  # a sequence over the cap: a pass alone
     assert positions_per_pass(replace(rows, micro_batch_tokens=1000)) == 400
-    capped = replace(rows, micro_batch_tokens=150)
+    capped = replace(rows, micro_batch_tokens=150, trained_tokens=200)
     assert memory_parts(TOY, capped, 1.0)["activations (bf16)"] * GIB == 34 * 150 * 4 * 2
+    assert memory_parts(TOY, capped, 1.0)["trained logits (fp32, x2)"] * GIB == 150 * 10 * 8  # no more than kept
+    uncapped = replace(capped, micro_batch_tokens=None)
+    assert memory_parts(TOY, uncapped, 1.0)["trained logits (fp32, x2)"] * GIB == 200 * 10 * 8
 
 
 def test_plan_prints_the_table_and_refuses_what_cannot_fit_in_one_line():
