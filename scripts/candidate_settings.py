@@ -336,9 +336,12 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         print(table([row]).splitlines()[-1] if "error" in row else "\n".join(table([row]).splitlines()[2:]),
               flush=True)
-    (args.out / "candidates.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "candidates.md").write_text(table(rows))
-    print("\n" + table(rows))
+    # the table holds every setting finished in `out`, not only this command's: a later command adds rows
+    every = [json.loads(file.read_text()) for file in (args.out / slug(label) / "result.json" for label in SETTINGS)
+             if file.exists()]
+    (args.out / "candidates.json").write_text(json.dumps(every, indent=1))
+    (args.out / "candidates.md").write_text(table(every))
+    print("\n" + table(every))
 
 
 if __name__ == "__main__":

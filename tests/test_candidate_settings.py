@@ -14,14 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ["FrozenLake 4x4, not slippery", "gsm, \\boxed{}"]
 
 
-def run_script(out: Path, *args: str) -> subprocess.CompletedProcess:
+def run_script(out: Path, *args: str, settings: list[str] = SETTINGS) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
             sys.executable,
             str(ROOT / "scripts" / "candidate_settings.py"),
             "tiny-random",
             str(out),
-            *SETTINGS,
+            *settings,
             "--tasks",
             "3",
             "generator=scripted",
@@ -64,3 +64,7 @@ def test_every_column_is_measured_written_per_setting_and_read_back(tmp_path):
     again = run_script(tmp_path)
     assert again.returncode == 0 and again.stdout.count("read back from") == 2
     assert {path: path.stat().st_mtime_ns for path in tmp_path.glob("*/result.json")} == stamps
+    one = run_script(tmp_path, settings=["gsm, \\boxed{}"])  # a command for one setting keeps the others' rows
+    assert one.returncode == 0 and one.stdout.count("read back from") == 1
+    assert (tmp_path / "candidates.md").read_text() == table
+    assert len(json.loads((tmp_path / "candidates.json").read_text())) == 2
