@@ -52,6 +52,7 @@ class EvalResult:
             "most_common_completion_share": share,
             "rewarded_prompt_copies": rewarded_prompt_copies(self.samples),
             "format_missing": true_share([s.get("format_missing") for s in self.samples]),
+            "cut_off": true_share([s.get("cut_off") for s in self.samples]),
         }
 
 
@@ -104,6 +105,7 @@ def evaluate(
             "feedback": e.feedback,
             "copied_prompt": e.copied_prompt,
             "format_missing": missing(e.text) if missing else e.termination == "format_error",
+            "cut_off": bool(e.steps) and e.steps[-1].completion.finish_reason == "length",
         }
         for e in episodes
     ]
@@ -124,11 +126,20 @@ def true_share(flags: Sequence[bool | None]) -> float | None:
 
 
 def format_hint(summary: dict[str, Any], structured_replies: bool) -> str | None:
-    """One line for an evaluation where most first replies lack the answer format the environment reads (a model
-    that writes a right call in a ```json fence, not in `<tool_call>` tags, scores 0): the grammar that decodes
-    every reply in that format, where it is off."""
-    share = summary.get("first_try", summary).get("format_missing")
-    if structured_replies or share is None or share < 0.5:
+    """One line for an evaluation where most first replies lack the answer format the environment reads: where at
+    least half of those were cut off at the token limit (a long solution before its \\boxed{} answer), the limit;
+    else (a model that writes a right call in a ```json fence, not in `<tool_call>` tags, scores 0) the grammar
+    that decodes every reply in that format, where it is off."""
+    first = summary.get("first_try", summary)
+    share, cut_off = first.get("format_missing"), first.get("cut_off")
+    if share is None or share < 0.5:
+        return None
+    if cut_off is not None and cut_off >= share / 2:
+        return (
+            f"{share:.0%} of the first replies lack the answer format this environment reads and {cut_off:.0%} were"
+            " cut off at the token limit (eval.json holds every reply); raise eval.max_new_tokens"
+        )
+    if structured_replies:
         return None
     return (
         f"{share:.0%} of the first replies lack the answer format this environment reads (eval.json holds every"
@@ -195,6 +206,7 @@ def evaluate_two_attempts(
             "first_success": a.verdict.success,
             "first_copied_prompt": a.copied_prompt,
             "first_format_missing": missing(a.completion.text),
+            "first_cut_off": a.completion.finish_reason == "length",
             "feedback": a.verdict.feedback,
         }
         for a in attempts
@@ -226,7 +238,10 @@ def evaluate_two_attempts(
         return true_share([s.get(key, s["first_format_missing"]) if not s["first_success"] else None for s in samples])
 
     record = {
-        "first_try": _column(first, total, true_share([s["first_format_missing"] for s in samples])),
+        "first_try": {
+            **_column(first, total, true_share([s["first_format_missing"] for s in samples])),
+            "cut_off": true_share([s["first_cut_off"] for s in samples]),
+        },
         "second_try": _column(second, total, format_share("second_format_missing")),
         "total": total,
         "rewarded_prompt_copies": (

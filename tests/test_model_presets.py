@@ -36,7 +36,7 @@ def test_an_environment_gets_replies_long_enough_for_its_answers_unless_told_oth
     # the default job's 24 tokens cut a BFCL call short (`r3l eval model=... env=function_calling` scored 0 on it)
     assert load_config(None, []).sampling.max_new_tokens == 24
     assert load_config(None, ["env=function_calling"]).sampling.max_new_tokens == 128
-    assert load_config(None, ["env=gsm"]).sampling.max_new_tokens == 256
+    assert load_config(None, ["env=gsm"]).sampling.max_new_tokens == 512
     assert load_config(None, ["env=countdown"]).sampling.max_new_tokens == 24  # no preset: the shipped file's
     both = load_config(None, [f"model={QWEN}", "env=function_calling"])
     assert (both.sampling.max_new_tokens, both.train.lr) == (128, 1e-6)
