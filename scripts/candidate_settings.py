@@ -313,11 +313,9 @@ def main(argv: list[str] | None = None) -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     bench: Bench | None = None
-    rows = []
     for label in labels:
         file = args.out / slug(label) / "result.json"
         if file.exists():
-            rows.append(json.loads(file.read_text()))
             print(f"{label}: read back from {file}", flush=True)
             continue
         if label.startswith("xLAM") and not args.xlam:
@@ -334,7 +332,6 @@ def main(argv: list[str] | None = None) -> None:
             row["error"] = str(error)
         file.parent.mkdir(parents=True, exist_ok=True)
         file.write_text(json.dumps(row, indent=1))
-        rows.append(row)
         print(table([row]).splitlines()[-1] if "error" in row else "\n".join(table([row]).splitlines()[2:]),
               flush=True)
     # the table holds every setting finished in `out`, not only this command's: a later command adds rows
