@@ -1,7 +1,8 @@
 """Where is failure worth learning from, for one model? (issues 21 and 36) The candidate table with its controls.
 
     python scripts/candidate_settings.py MODEL OUT_DIR [LABEL ...] [--tasks N] [--modes greedy,sampled]
-        [--xlam PATH] [key=value ...]          (no LABEL: every candidate; key=value: overrides for every setting)
+        [--xlam PATH] [--table-only] [key=value ...]   (no LABEL: every candidate; key=value: overrides for every
+                                                        setting)
 
 For each setting, on its first N held-out tasks, once greedy and once sampled (the config's temperature, a fixed
 seed), before any training:
@@ -17,9 +18,11 @@ seed), before any training:
   games are distinct.
 
 A second-try column is the success rate over all N tasks (a first-try success counts), with the failures it
-recovered. Each setting is written to OUT_DIR/<setting>/result.json as soon as it is measured; a setting whose file
-exists is read back, not measured again (resumable). The table is OUT_DIR/candidates.md, everything in
-OUT_DIR/candidates.json. A setting that cannot be built here (Wordle needs NLTK data) is a row with its reason.
+recovered. Each setting is written to OUT_DIR/<setting>/result.json as each mode is measured; a mode the file holds
+is read back, not measured again (resumable; `--modes sampled` later adds the sampled half of a greedy row, with the
+settings the row was measured with). `--table-only` measures nothing and rebuilds the table from every setting in
+OUT_DIR. The table is OUT_DIR/candidates.md, everything in OUT_DIR/candidates.json. A setting that cannot be built
+here (Wordle needs NLTK data) is a row with its reason.
 
 The verdict-alone control is r3l's own (`r3l.reflection.retry.retry_after_verdict`, as `r3l eval --attempts 2`).
 """
@@ -294,6 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default="greedy,sampled", help="greedy, sampled or both")
     parser.add_argument("--xlam", default=None, help="an xLAM/APIGen .jsonl file (the xLAM setting needs one)")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--table-only", action="store_true", help="measure nothing: rebuild the table from OUT_DIR")
     args = parser.parse_intermixed_args(argv)
     labels = [a for a in args.rest if "=" not in a] or list(SETTINGS)
     unknown = [label for label in labels if label not in SETTINGS]
@@ -313,21 +317,28 @@ def main(argv: list[str] | None = None) -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     bench: Bench | None = None
-    for label in labels:
+    for label in [] if args.table_only else labels:
         file = args.out / slug(label) / "result.json"
-        if file.exists():
+        row: dict[str, Any] = json.loads(file.read_text()) if file.exists() else {
+            "label": label, "model": args.model, "tasks": args.tasks, "overrides": overrides_of(label), "modes": {}}
+        missing = [] if "error" in row else [mode for mode in modes if mode not in row["modes"]]
+        if not missing:
             print(f"{label}: read back from {file}", flush=True)
             continue
         if label.startswith("xLAM") and not args.xlam:
             print(f"{label}: skipped (give --xlam PATH)", flush=True)
             continue
-        row: dict[str, Any] = {"label": label, "model": args.model, "tasks": args.tasks,
-                               "overrides": overrides_of(label)}
+        if row["model"] != args.model or row["overrides"] != overrides_of(label):
+            sys.exit(f"{file} was measured with other settings ({row['model']}, {row['overrides']}); give the same "
+                     "model, --tasks and overrides to add a mode to it, or another OUT_DIR")
         try:
-            config = load_config(None, overrides_of(label))
+            config = load_config(None, row["overrides"])
             if bench is None:
                 bench = Bench(args.model, config)
-            row["modes"] = {mode: bench.measure(config, args.tasks, mode, args.seed) for mode in modes}
+            for mode in missing:
+                row["modes"][mode] = bench.measure(config, args.tasks, mode, args.seed)
+                file.parent.mkdir(parents=True, exist_ok=True)
+                file.write_text(json.dumps(row, indent=1))
         except UserError as error:
             row["error"] = str(error)
         file.parent.mkdir(parents=True, exist_ok=True)

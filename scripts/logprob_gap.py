@@ -44,4 +44,5 @@ for dtype in (torch.float32,):
                 lp, _ = learner._logprobs(model, batch)
             mask = batch["loss_mask"] > 0
             gap = (lp[mask] - batch["gen_logprobs"][mask]).abs()
-            print(f"gen {dtype} share_prefix={share} autocast_bf16={autocast}: mean gap {gap.mean():.4f} max {gap.max():.4f}")
+            settings = f"gen {dtype} share_prefix={share} autocast_bf16={autocast}"
+            print(f"{settings}: mean gap {gap.mean():.4f} max {gap.max():.4f}")

@@ -68,3 +68,20 @@ def test_every_column_is_measured_written_per_setting_and_read_back(tmp_path):
     assert one.returncode == 0 and one.stdout.count("read back from") == 1
     assert (tmp_path / "candidates.md").read_text() == table
     assert len(json.loads((tmp_path / "candidates.json").read_text())) == 2
+
+
+def test_a_mode_is_added_to_a_row_with_its_settings_and_table_only_measures_nothing(tmp_path):
+    gsm = ["gsm, \\boxed{}"]
+    file = tmp_path / "gsm_boxed" / "result.json"
+    assert run_script(tmp_path, "--modes", "greedy", settings=gsm).returncode == 0
+    greedy = json.loads(file.read_text())["modes"]["greedy"]
+    mismatched = run_script(tmp_path, "--modes", "sampled", "sampling.temperature=0.7", settings=gsm)
+    assert mismatched.returncode == 1 and "measured with other settings" in mismatched.stderr
+    added = run_script(tmp_path, "--modes", "greedy,sampled", settings=gsm)
+    assert added.returncode == 0 and "read back" not in added.stdout
+    row = json.loads(file.read_text())
+    assert set(row["modes"]) == {"greedy", "sampled"} and row["modes"]["greedy"] == greedy
+    stamp = file.stat().st_mtime_ns
+    rebuilt = run_script(tmp_path, "--table-only", settings=[])
+    assert rebuilt.returncode == 0 and "read back" not in rebuilt.stdout and file.stat().st_mtime_ns == stamp
+    assert (tmp_path / "candidates.md").read_text().count("| gsm, \\boxed{} |") == 2
