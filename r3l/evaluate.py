@@ -105,7 +105,7 @@ def evaluate(
             "feedback": e.feedback,
             "copied_prompt": e.copied_prompt,
             "format_missing": missing(e.text) if missing else e.termination == "format_error",
-            "cut_off": bool(e.steps) and e.steps[-1].completion.finish_reason == "length",
+            "cut_off": bool(e.steps) and e.steps[-1].completion.cut_off,
         }
         for e in episodes
     ]
@@ -206,7 +206,7 @@ def evaluate_two_attempts(
             "first_success": a.verdict.success,
             "first_copied_prompt": a.copied_prompt,
             "first_format_missing": missing(a.completion.text),
-            "first_cut_off": a.completion.finish_reason == "length",
+            "first_cut_off": a.completion.cut_off,
             "feedback": a.verdict.feedback,
         }
         for a in attempts

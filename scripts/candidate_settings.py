@@ -331,18 +331,17 @@ def main(argv: list[str] | None = None) -> None:
         if row["model"] != args.model or row["overrides"] != overrides_of(label):
             sys.exit(f"{file} was measured with other settings ({row['model']}, {row['overrides']}); give the same "
                      "model, --tasks and overrides to add a mode to it, or another OUT_DIR")
+        file.parent.mkdir(parents=True, exist_ok=True)
         try:
             config = load_config(None, row["overrides"])
             if bench is None:
                 bench = Bench(args.model, config)
             for mode in missing:
                 row["modes"][mode] = bench.measure(config, args.tasks, mode, args.seed)
-                file.parent.mkdir(parents=True, exist_ok=True)
                 file.write_text(json.dumps(row, indent=1))
         except UserError as error:
             row["error"] = str(error)
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(json.dumps(row, indent=1))
+            file.write_text(json.dumps(row, indent=1))
         print(table([row]).splitlines()[-1] if "error" in row else "\n".join(table([row]).splitlines()[2:]),
               flush=True)
     # the table holds every setting finished in `out`, not only this command's: a later command adds rows

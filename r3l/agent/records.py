@@ -72,7 +72,7 @@ def episode_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
         "success": mean(float(t.success) for t in episodes),
         "episode_steps": mean(t.num_steps for t in episodes),
         "response_length": mean(len(c.tokens) for c in completions) if completions else 0.0,
-        "truncated_fraction": mean(float(c.finish_reason == "length") for c in completions) if completions else 0.0,
+        "truncated_fraction": mean(float(c.cut_off) for c in completions) if completions else 0.0,
         "hack/prompt_copies": mean(float(t.success and t.copied_prompt) for t in episodes),
         "zero_variance_groups": mean(float(len({t.reward for t in group}) == 1) for group in groups if group),
         "generated_tokens": float(sum(t.generated_tokens for t in episodes)),

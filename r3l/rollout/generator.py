@@ -34,6 +34,11 @@ class Completion:
     meta: dict[str, Any] = field(default_factory=dict)
     allowed: TokenMasks | None = None  # sampled under a constraint: the tokens each position allowed
 
+    @property
+    def cut_off(self) -> bool:
+        """Stopped by the token limit, not ended by the model."""
+        return self.finish_reason == "length"
+
 
 def unconstrained(constraints: Constraints) -> bool:
     return constraints is None or all(c is None for c in constraints)
