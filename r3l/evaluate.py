@@ -147,12 +147,13 @@ def format_hint(summary: dict[str, Any], structured_replies: bool) -> str | None
     )
 
 
-def _column(successes: int, total: int, format_missing: float | None) -> dict[str, Any]:
+def _column(successes: int, total: int, format_missing: float | None, cut_off: float | None) -> dict[str, Any]:
     return {
         "success": successes / max(1, total),
         "ci95": list(wilson_interval(successes, total)),
         "successes": successes,
         "format_missing": format_missing,
+        "cut_off": cut_off,
     }
 
 
@@ -221,6 +222,7 @@ def evaluate_two_attempts(
                 "second_success": retry.verdict.success,
                 "second_copied_prompt": retry.copied_prompt,
                 "second_format_missing": missing(retry.second.text),
+                "second_cut_off": retry.second.cut_off,
             }
         )
     for control in controls:
@@ -230,19 +232,27 @@ def evaluate_two_attempts(
                 "verdict_only_success": control.verdict.success,
                 "verdict_only_copied_prompt": control.copied_prompt,
                 "verdict_only_format_missing": missing(control.second.text),
+                "verdict_only_cut_off": control.second.cut_off,
             }
         )
 
-    def format_share(key: str) -> float | None:
-        """A second-try column: the failures' second attempts in place of their first."""
-        return true_share([s.get(key, s["first_format_missing"]) if not s["first_success"] else None for s in samples])
+    def second_share(attempt: str, measure: str) -> float | None:
+        """A second-try column's share: the failures' second attempts in place of their first."""
+        return true_share(
+            [s.get(f"{attempt}_{measure}", s[f"first_{measure}"]) if not s["first_success"] else None for s in samples]
+        )
+
+    def second_column(successes: int, attempt: str) -> dict[str, Any]:
+        return _column(successes, total, second_share(attempt, "format_missing"), second_share(attempt, "cut_off"))
 
     record = {
-        "first_try": {
-            **_column(first, total, true_share([s["first_format_missing"] for s in samples])),
-            "cut_off": true_share([s["first_cut_off"] for s in samples]),
-        },
-        "second_try": _column(second, total, format_share("second_format_missing")),
+        "first_try": _column(
+            first,
+            total,
+            true_share([s["first_format_missing"] for s in samples]),
+            true_share([s["first_cut_off"] for s in samples]),
+        ),
+        "second_try": second_column(second, "second"),
         "total": total,
         "rewarded_prompt_copies": (
             rewarded_prompt_copies(samples, "first_success", "first_copied_prompt")
@@ -252,9 +262,7 @@ def evaluate_two_attempts(
     }
     if verdict_control:
         control_successes = first + sum(c.verdict.success for c in controls)
-        record["second_try_verdict_only"] = _column(
-            control_successes, total, format_share("verdict_only_format_missing")
-        )
+        record["second_try_verdict_only"] = second_column(control_successes, "verdict_only")
     return record
 
 

@@ -46,3 +46,31 @@ def test_an_evaluation_records_which_replies_were_cut_off_at_the_token_limit(tin
     assert [s["cut_off"] for s in cut.samples] == [True] * 3 and cut.summary()["cut_off"] == 1.0
     whole = evaluate(tasks, make_env, ScriptedGenerator(model, tokenizer), tokenizer, SamplingParams(max_new_tokens=64))
     assert [s["cut_off"] for s in whole.samples] == [False] * 3 and whole.summary()["cut_off"] == 0.0
+
+
+def test_every_column_of_the_two_attempt_evaluation_counts_its_own_cut_off_replies(tiny):
+    """R3's second tries (after a reflection, after the verdict alone) are read for the token limit as the first."""
+    import torch
+
+    from r3l.envs import make
+    from r3l.evaluate import TwoAttempts, evaluate_two_attempts
+    from r3l.reflection.prompts import ReflectionPrompts
+    from r3l.rollout.chat import PromptFormat
+    from r3l.rollout.generator import SamplingParams
+    from r3l.rollout.hf import HFGenerator
+
+    model, tokenizer = tiny
+    make_env = lambda: make("arithmetic", test_size=3, seed=0)  # noqa: E731
+    record = evaluate_two_attempts(
+        make_env().tasks("test"),
+        make_env,
+        HFGenerator(model, tokenizer, dtype=torch.float32),
+        tokenizer,
+        SamplingParams(temperature=1.0, max_new_tokens=1, seed=0),
+        PromptFormat(),
+        TwoAttempts(ReflectionPrompts.load(), reflection_max_new_tokens=1),
+    )
+    failures = [s for s in record["samples"] if not s["first_success"]]
+    assert len(failures) == 3 and all(s["second_cut_off"] and s["verdict_only_cut_off"] for s in failures)
+    for column in ("first_try", "second_try", "second_try_verdict_only"):
+        assert record[column]["cut_off"] == 1.0, column
