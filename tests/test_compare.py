@@ -13,7 +13,7 @@ from r3l.compare.budget import budget_arm, reference_cost
 from r3l.compare.notes import code_note, differing_settings, overlap_counts
 from r3l.compare.plan import Arm, Budget, RunSpec, make_arms, plan_runs
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
-from r3l.compare.run import parse_seeds
+from r3l.compare.run import overlap_note, parse_seeds
 from r3l.compare.stats import difference_interval, seed_level_interval
 from r3l.compare.summary import Cost, Evaluation, RunResult, evaluation, read_run
 from r3l.compare.table import tables
@@ -216,6 +216,16 @@ def test_overlap_counts_exact_and_reordered_problems():
         return tuple(sorted(task.prompt.removeprefix("Calculate ").rstrip(".").split()))
 
     assert overlap_counts(held_out, train, key) == (1, 2, 3)
+
+
+def test_the_overlap_line_names_the_environments_own_near_duplicate_rule():
+    from r3l.config import load_config
+
+    countdown = overlap_note(load_config("examples/r3_countdown_cpu.yaml", ["eval.size=4"]))
+    calls = overlap_note(load_config("examples/r3_function_calling_cpu.yaml", ["eval.size=4"]))
+    assert countdown.endswith("(the environment's near-duplicate key: the same numbers, operators and answer).")
+    assert calls.endswith("(the environment's near-duplicate key: the same prompt with case and spacing ignored).")
+    assert "of 4 held-out problems" in calls
 
 
 def test_settings_on_which_runs_differ():

@@ -26,11 +26,11 @@ def overlap_counts(
     return exact, near, len(held_out)
 
 
-def overlap_line(exact: int, near: int, total: int) -> str:
+def overlap_line(exact: int, near: int, total: int, rule: str) -> str:
+    """`rule`: what the environment's near-duplicate key counts as one problem."""
     return (
         f"Held-out/training overlap: {exact} of {total} held-out problems are a training prompt; {near} of {total} "
-        "are a training problem written another way (the environment's near-duplicate key: for arithmetic, the "
-        "same numbers, operators and answer)."
+        f"are a training problem written another way (the environment's near-duplicate key: {rule})."
     )
 
 

@@ -73,7 +73,7 @@ def overlap_note(config) -> str:
     try:
         held_out = list(env.tasks("test"))[: config.eval.size]
         exact, near, total = overlap_counts(held_out, env.tasks("train"), env.near_duplicate_key)
-        return overlap_line(exact, near, total)
+        return overlap_line(exact, near, total, env.near_duplicate_rule)
     finally:
         getattr(env, "close", lambda: None)()
 

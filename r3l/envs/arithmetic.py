@@ -181,6 +181,8 @@ class ReasoningGymEnv(SingleTurnEnv):
         """Items with equal keys are the same task (kept once, in one split only)."""
         return item["question"]
 
+    near_duplicate_rule = "the same numbers, operators and answer"
+
     def near_duplicate_key(self, task: Task) -> Hashable:
         """The numbers and operator signs of the question, each sorted, and the answer: '12 + 7 * 3' and
         '7 * 3 + 12' are one problem to a model that has seen either."""

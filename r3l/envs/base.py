@@ -61,6 +61,8 @@ class Env(ABC):
     # reward-hacking watch (r3l/agent/prompt_copy.py) then does not count copies of the prompt.
     watch_prompt_copies: ClassVar[bool] = True
     system_prompt: str | None = None
+    # what `near_duplicate_key` counts as one problem, in the words of the comparison's overlap line
+    near_duplicate_rule: ClassVar[str] = "the same prompt with case and spacing ignored"
 
     @abstractmethod
     def tasks(self, split: str) -> Sequence[Task]:
