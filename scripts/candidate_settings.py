@@ -44,44 +44,100 @@ FREE = ["sampling.max_new_tokens=96", "eval.max_new_tokens=96"]  # games: <think
 # answers a rejected move with why ("you already guessed 10"), the feedback a retry can use
 GAME = [*FREE, "env.args.train_size=5", "agent.terminate_on=[format_error,repeated_action]"]
 SETTINGS: dict[str, list[str]] = {
-    "FrozenLake 4x4, not slippery": ["env=gym:FrozenLake-v1", "env.args.make_args={is_slippery: false}",
-                                     "env.args.max_steps=12", "env.args.test_size={n}", *GAME],
-    "FrozenLake 8x8, not slippery": ["env=gym:FrozenLake8x8-v1", "env.args.make_args={is_slippery: false}",
-                                     "env.args.max_steps=30", "env.args.test_size={n}", "agent.max_context_tokens=8192",
-                                     *GAME],
+    "FrozenLake 4x4, not slippery": [
+        "env=gym:FrozenLake-v1",
+        "env.args.make_args={is_slippery: false}",
+        "env.args.max_steps=12",
+        "env.args.test_size={n}",
+        *GAME,
+    ],
+    "FrozenLake 8x8, not slippery": [
+        "env=gym:FrozenLake8x8-v1",
+        "env.args.make_args={is_slippery: false}",
+        "env.args.max_steps=30",
+        "env.args.test_size={n}",
+        "agent.max_context_tokens=8192",
+        *GAME,
+    ],
     "Sokoban 6x6": ["env=textarena:Sokoban-v0", "env.args.max_steps=20", "env.args.test_size={n}", *GAME],
     "Wordle": ["env=textarena:Wordle-v0", "env.args.max_steps=6", "env.args.test_size={n}", *GAME],
-    "GuessTheNumber 1-50": ["env=textarena:GuessTheNumber-v0-hardcore", "env.args.max_steps=10",
-                            "env.args.test_size={n}", *GAME],
-    "GuessTheNumber 1-20": ["env=textarena:GuessTheNumber-v0", "env.args.max_steps=10", "env.args.test_size={n}",
-                            *GAME],
+    "GuessTheNumber 1-50": [
+        "env=textarena:GuessTheNumber-v0-hardcore",
+        "env.args.max_steps=10",
+        "env.args.test_size={n}",
+        *GAME,
+    ],
+    "GuessTheNumber 1-20": [
+        "env=textarena:GuessTheNumber-v0",
+        "env.args.max_steps=10",
+        "env.args.test_size={n}",
+        *GAME,
+    ],
     "Mastermind 4 of 6": ["env=textarena:Mastermind-v0", "env.args.max_steps=20", "env.args.test_size={n}", *GAME],
-    "Minesweeper 5x5": ["env=textarena:Minesweeper-v0-small", "env.args.max_steps=20", "env.args.test_size={n}",
-                        *GAME],
-    "TextWorldExpress coin, 20 turns": ["env=textworld_express", "env.args.games=[coin]", "env.args.max_steps=20",
-                                        "env.args.test_size={n}", *GAME],
-    "TextWorldExpress cooking, 30 turns": ["env=textworld_express", "env.args.games=[cookingworld]",
-                                           "env.args.max_steps=30", "env.args.test_size={n}",
-                                           "agent.max_context_tokens=8192", *GAME],
-    "BFCL simple, native tools": ["env=function_calling", "env.args.categories=[simple]", "env.args.test_size={n}",
-                                  "sampling.max_new_tokens=128", "eval.max_new_tokens=128"],
-    "BFCL multiple, native tools": ["env=function_calling", "env.args.categories=[multiple]",
-                                    "env.args.test_size={n}", "sampling.max_new_tokens=128",
-                                    "eval.max_new_tokens=128"],
-    "xLAM, native tools": ["env=function_calling", "env.args.source=xlam", "env.args.path={xlam}",
-                           "sampling.max_new_tokens=128", "eval.max_new_tokens=128"],
+    "Minesweeper 5x5": ["env=textarena:Minesweeper-v0-small", "env.args.max_steps=20", "env.args.test_size={n}", *GAME],
+    "TextWorldExpress coin, 20 turns": [
+        "env=textworld_express",
+        "env.args.games=[coin]",
+        "env.args.max_steps=20",
+        "env.args.test_size={n}",
+        *GAME,
+    ],
+    "TextWorldExpress cooking, 30 turns": [
+        "env=textworld_express",
+        "env.args.games=[cookingworld]",
+        "env.args.max_steps=30",
+        "env.args.test_size={n}",
+        "agent.max_context_tokens=8192",
+        *GAME,
+    ],
+    "BFCL simple, native tools": [
+        "env=function_calling",
+        "env.args.categories=[simple]",
+        "env.args.test_size={n}",
+        "sampling.max_new_tokens=128",
+        "eval.max_new_tokens=128",
+    ],
+    "BFCL multiple, native tools": [
+        "env=function_calling",
+        "env.args.categories=[multiple]",
+        "env.args.test_size={n}",
+        "sampling.max_new_tokens=128",
+        "eval.max_new_tokens=128",
+    ],
+    "xLAM, native tools": [
+        "env=function_calling",
+        "env.args.source=xlam",
+        "env.args.path={xlam}",
+        "sampling.max_new_tokens=128",
+        "eval.max_new_tokens=128",
+    ],
     # 512: at 256, 20 of 40 of Qwen2.5-Coder-0.5B's greedy replies were cut off before their \\boxed{} answer
-    "gsm, \\boxed{}": ["env=gsm", "env.args.answer_format=boxed", "env.args.test_size={n}",
-                       "sampling.max_new_tokens=512", "eval.max_new_tokens=512"],
+    "gsm, \\boxed{}": [
+        "env=gsm",
+        "env.args.answer_format=boxed",
+        "env.args.test_size={n}",
+        "sampling.max_new_tokens=512",
+        "eval.max_new_tokens=512",
+    ],
 }
 # what every setting shares: R3L's exploration with one base episode and one retry slot per task, reports on
 # failures only, bounded reflections
-SHARED = ["algorithm=r3l", "sampling.group_size=2", "algorithm.strategy_args.base_fraction=0.5",
-          "algorithm.strategy_args.reflect_on_success=false", "algorithm.strategy_args.reflection_max_new_tokens=384",
-          "eval.reflection_max_new_tokens=128"]
+SHARED = [
+    "algorithm=r3l",
+    "sampling.group_size=2",
+    "algorithm.strategy_args.base_fraction=0.5",
+    "algorithm.strategy_args.reflect_on_success=false",
+    "algorithm.strategy_args.reflection_max_new_tokens=384",
+    "eval.reflection_max_new_tokens=128",
+]
 COLUMNS = ("first", "r3", "verdict", "r3l", "r3l_no_guidance")
-HEADERS = ("1st try", "R3: 2nd after reflection", "2nd after verdict (control)", "R3L retry from pivot, guided",
-           "R3L retry, no guidance (control)")
+HEADERS = (
+    "1st try",
+    "R3: 2nd after reflection",
+    "2nd after verdict (control)",
+    "R3L retry from pivot, guided",
+    "R3L retry, no guidance (control)",
+)
 
 
 # --- what a reply must contain ---------------------------------------------------------------------------------------
@@ -108,10 +164,17 @@ class Column:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def record(self, n: int, failures: int) -> dict[str, Any]:
-        return {"success": self.successes / max(1, n), "successes": self.successes, "recovered": self.recovered,
-                "failures": failures, "tried": self.tried, "replies": self.replies,
-                "format_missing": self.missing / self.replies if self.replies else None,
-                "seconds": round(self.seconds, 1), **self.extra}
+        return {
+            "success": self.successes / max(1, n),
+            "successes": self.successes,
+            "recovered": self.recovered,
+            "failures": failures,
+            "tried": self.tried,
+            "replies": self.replies,
+            "format_missing": self.missing / self.replies if self.replies else None,
+            "seconds": round(self.seconds, 1),
+            **self.extra,
+        }
 
 
 def game_of(task) -> str:
@@ -158,9 +221,15 @@ class Bench:
             params = replace(params, temperature=0.0)
         limits = agent_limits(config)
         context = ExploreContext(
-            make_env, self.generator, self.tokenizer, PromptFormat.from_config(config.env), limits, sampling=params,
+            make_env,
+            self.generator,
+            self.tokenizer,
+            PromptFormat.from_config(config.env),
+            limits,
+            sampling=params,
             group_size=2,
-            report_field_chars=config.structured.report_field_chars if config.structured.reports else None)
+            report_field_chars=config.structured.report_field_chars if config.structured.reports else None,
+        )
         strategy = make_strategy("r3l", context, **config.algorithm.strategy_args)
         columns = {name: Column() for name in COLUMNS}
         try:
@@ -176,13 +245,23 @@ class Bench:
             if single_turn:
                 e = config.eval
                 prompts = ReflectionPrompts.load(e.reflect_prompt, e.retry_prompt, e.include_feedback)
-                self._r3_columns(columns, failed, make_env, prompts, params, e.reflection_max_new_tokens or 128, limits,
-                                 probe,
-                                 reflect_and_retry, as_attempt)
+                self._r3_columns(
+                    columns,
+                    failed,
+                    make_env,
+                    prompts,
+                    params,
+                    e.reflection_max_new_tokens or 128,
+                    limits,
+                    probe,
+                    reflect_and_retry,
+                    as_attempt,
+                )
             started = time.perf_counter()
             strategy._reflect([run for run in failed if trainable(run.episode)], seed + 1)
-            columns["r3l"].extra["reports_valid"] = sum(run.reflection is not None and run.reflection.report is not None
-                                                        for run in failed)
+            columns["r3l"].extra["reports_valid"] = sum(
+                run.reflection is not None and run.reflection.report is not None for run in failed
+            )
             columns["r3l"].extra["reports_asking_retry"] = sum(run.wants_retry for run in failed)
             reflect_seconds = time.perf_counter() - started
             for name, guided in (("r3l", True), ("r3l_no_guidance", False)):
@@ -200,7 +279,7 @@ class Bench:
                     if retry is not None:
                         column.tried += 1
                         pivots.append(retry.start.pivot)
-                        count_replies(column, probe, retry.episode.steps[retry.episode.prefix_steps:], single_turn)
+                        count_replies(column, probe, retry.episode.steps[retry.episode.prefix_steps :], single_turn)
                     recovered = retry is not None and retry.episode.success and not run.episode.success
                     column.successes += run.episode.success or recovered
                     column.recovered += recovered
@@ -214,26 +293,53 @@ class Bench:
         result = {name: columns[name].record(len(tasks), failures) for name in COLUMNS}
         if not single_turn:
             result["r3"] = result["verdict"] = None
-        return {"tasks": len(tasks), "distinct_games": len({game_of(task) for task in tasks}),
-                "seconds_per_episode": columns["first"].seconds / max(1, len(tasks)), "single_turn": single_turn,
-                "temperature": params.temperature, **result}
+        return {
+            "tasks": len(tasks),
+            "distinct_games": len({game_of(task) for task in tasks}),
+            "seconds_per_episode": columns["first"].seconds / max(1, len(tasks)),
+            "single_turn": single_turn,
+            "temperature": params.temperature,
+            **result,
+        }
 
-    def _r3_columns(self, columns, failed, make_env, prompts, params, reflection_tokens, limits, probe,
-                    reflect_and_retry, as_attempt):
+    def _r3_columns(
+        self,
+        columns,
+        failed,
+        make_env,
+        prompts,
+        params,
+        reflection_tokens,
+        limits,
+        probe,
+        reflect_and_retry,
+        as_attempt,
+    ):
         from r3l.reflection.retry import retry_after_verdict
 
         attempts = [as_attempt(run.episode) for run in failed]
         started = time.perf_counter()
-        retries = reflect_and_retry(attempts, make_env, self.generator, prompts,
-                                    replace(params, max_new_tokens=reflection_tokens), params, n_reflections=1,
-                                    limits=limits)
+        retries = reflect_and_retry(
+            attempts,
+            make_env,
+            self.generator,
+            prompts,
+            replace(params, max_new_tokens=reflection_tokens),
+            params,
+            n_reflections=1,
+            limits=limits,
+        )
         columns["r3"].seconds = time.perf_counter() - started
         started = time.perf_counter()
-        control = [(c.second, c.verdict)
-                   for c in retry_after_verdict(attempts, make_env, self.generator, prompts, params, limits)]
+        control = [
+            (c.second, c.verdict)
+            for c in retry_after_verdict(attempts, make_env, self.generator, prompts, params, limits)
+        ]
         columns["verdict"].seconds = time.perf_counter() - started
-        for name, outcomes in (("r3", [(group[0].second, group[0].verdict) for group in retries]),
-                               ("verdict", control)):
+        for name, outcomes in (
+            ("r3", [(group[0].second, group[0].verdict) for group in retries]),
+            ("verdict", control),
+        ):
             column = columns[name]
             column.successes = columns["first"].successes
             for second, verdict in outcomes:
@@ -243,8 +349,13 @@ class Bench:
                 column.successes += verdict.success
                 column.recovered += verdict.success
         columns["r3"].extra["refusals"] = sum(
-            bool(re.search(r"can(?:no|')t assist|unable to (?:assist|help)|I apologi[sz]e, but",
-                           group[0].reflection.text, re.I)) for group in retries)
+            bool(
+                re.search(
+                    r"can(?:no|')t assist|unable to (?:assist|help)|I apologi[sz]e, but", group[0].reflection.text, re.I
+                )
+            )
+            for group in retries
+        )
 
 
 # --- the table -----------------------------------------------------------------------------------------------------
@@ -268,19 +379,34 @@ def missing_cell(result: dict[str, Any]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ["setting", "mode", "tasks (distinct)", *HEADERS, "s/episode", "format missing (" + ", ".join(
-        ["1st", "R3", "verdict", "guided", "unguided"]) + ")"]
+    head = [
+        "setting",
+        "mode",
+        "tasks (distinct)",
+        *HEADERS,
+        "s/episode",
+        "format missing (" + ", ".join(["1st", "R3", "verdict", "guided", "unguided"]) + ")",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         if "error" in row:
             lines.append(f"| {row['label']} | — | — | not built here: {row['error']} |" + " |" * (len(head) - 4))
             continue
         for mode, result in row["modes"].items():
-            lines.append("| " + " | ".join([
-                row["label"], f"{mode} (T={result['temperature']:g})",
-                f"{result['tasks']} ({result['distinct_games']})",
-                *(cell(result[name], first=name == "first") for name in COLUMNS),
-                f"{result['seconds_per_episode']:.1f}", missing_cell(result)]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        row["label"],
+                        f"{mode} (T={result['temperature']:g})",
+                        f"{result['tasks']} ({result['distinct_games']})",
+                        *(cell(result[name], first=name == "first") for name in COLUMNS),
+                        f"{result['seconds_per_episode']:.1f}",
+                        missing_cell(result),
+                    ]
+                )
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -319,8 +445,17 @@ def main(argv: list[str] | None = None) -> None:
     bench: Bench | None = None
     for label in [] if args.table_only else labels:
         file = args.out / slug(label) / "result.json"
-        row: dict[str, Any] = json.loads(file.read_text()) if file.exists() else {
-            "label": label, "model": args.model, "tasks": args.tasks, "overrides": overrides_of(label), "modes": {}}
+        row: dict[str, Any] = (
+            json.loads(file.read_text())
+            if file.exists()
+            else {
+                "label": label,
+                "model": args.model,
+                "tasks": args.tasks,
+                "overrides": overrides_of(label),
+                "modes": {},
+            }
+        )
         missing = [] if "error" in row else [mode for mode in modes if mode not in row["modes"]]
         if not missing:
             print(f"{label}: read back from {file}", flush=True)
@@ -329,8 +464,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{label}: skipped (give --xlam PATH)", flush=True)
             continue
         if row["model"] != args.model or row["overrides"] != overrides_of(label):
-            sys.exit(f"{file} was measured with other settings ({row['model']}, {row['overrides']}); give the same "
-                     "model, --tasks and overrides to add a mode to it, or another OUT_DIR")
+            sys.exit(
+                f"{file} was measured with other settings ({row['model']}, {row['overrides']}); give the same "
+                "model, --tasks and overrides to add a mode to it, or another OUT_DIR"
+            )
         file.parent.mkdir(parents=True, exist_ok=True)
         try:
             config = load_config(None, row["overrides"])
@@ -342,11 +479,13 @@ def main(argv: list[str] | None = None) -> None:
         except UserError as error:
             row["error"] = str(error)
             file.write_text(json.dumps(row, indent=1))
-        print(table([row]).splitlines()[-1] if "error" in row else "\n".join(table([row]).splitlines()[2:]),
-              flush=True)
+        print(table([row]).splitlines()[-1] if "error" in row else "\n".join(table([row]).splitlines()[2:]), flush=True)
     # the table holds every setting finished in `out`, not only this command's: a later command adds rows
-    every = [json.loads(file.read_text()) for file in (args.out / slug(label) / "result.json" for label in SETTINGS)
-             if file.exists()]
+    every = [
+        json.loads(file.read_text())
+        for file in (args.out / slug(label) / "result.json" for label in SETTINGS)
+        if file.exists()
+    ]
     (args.out / "candidates.json").write_text(json.dumps(every, indent=1))
     (args.out / "candidates.md").write_text(table(every))
     print("\n" + table(every))

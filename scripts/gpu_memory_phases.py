@@ -32,9 +32,15 @@ def main() -> None:
     model_name = sys.argv[1] if len(sys.argv) > 1 else "random:qwen2.5-1.5b"
     config = load_config(
         None,
-        [f"model={model_name}", "model.device=cuda", "generator=vllm", "generator.dtype=bfloat16",
-         "generator.sleep=true", "generator.engine_args={gpu_memory_utilization: 0.4, max_model_len: 1024}",
-         "sampling.max_new_tokens=64"],
+        [
+            f"model={model_name}",
+            "model.device=cuda",
+            "generator=vllm",
+            "generator.dtype=bfloat16",
+            "generator.sleep=true",
+            "generator.engine_args={gpu_memory_utilization: 0.4, max_model_len: 1024}",
+            "sampling.max_new_tokens=64",
+        ],
     )
     report("start")
     model, tokenizer = load_model(config)

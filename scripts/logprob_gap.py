@@ -3,6 +3,7 @@
 HF generator in fp32 samples 2 replies to each of 8 arithmetic prompts; the learner recomputes their log-probs
 with and without the shared-prefix layout and bf16 autocast, and the mean and max |gap| per token are printed.
 """
+
 import sys
 import time
 
@@ -31,14 +32,22 @@ for dtype in (torch.float32,):
     exps = []
     for p, row in zip(prompts, rows):
         for c in row:
-            exps.append(Experience(group="g", kind="base", tokens=list(p) + list(c.tokens),
-                                   loss_mask=[0] * len(p) + [1] * len(c.tokens), reward=0.0,
-                                   logprobs=[0.0] * len(p) + list(c.logprobs)))
+            exps.append(
+                Experience(
+                    group="g",
+                    kind="base",
+                    tokens=list(p) + list(c.tokens),
+                    loss_mask=[0] * len(p) + [1] * len(c.tokens),
+                    reward=0.0,
+                    logprobs=[0.0] * len(p) + list(c.logprobs),
+                )
+            )
     print(repr(tok.decode(rows[0][0].tokens)))
     for share in (False, True):
         for autocast in (False, True):
-            learner = Learner(model, tok, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0,
-                              autocast_bf16=autocast)
+            learner = Learner(
+                model, tok, AlgorithmConfig(), TrainConfig(share_prefix=share), temperature=1.0, autocast_bf16=autocast
+            )
             batch, _ = learner._collate(exps)
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 lp, _ = learner._logprobs(model, batch)

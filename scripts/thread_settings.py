@@ -9,6 +9,7 @@ machine's load reaches all of them alike; the table reports the median and range
     python scripts/thread_settings.py --rounds 3 --hogs 0
     python scripts/thread_settings.py --rounds 3 --hogs 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,8 +86,10 @@ def main() -> None:
         for hog in hogs:
             hog.terminate()
     load = os.getloadavg()[0]
-    print(f"| setting ({args.hogs} spinning processes, load {load:.1f}, {os.cpu_count()} CPUs) "
-          f"| decode 64x24 (s) | update 64x64 (s) |")
+    print(
+        f"| setting ({args.hogs} spinning processes, load {load:.1f}, {os.cpu_count()} CPUs) "
+        f"| decode 64x24 (s) | update 64x64 (s) |"
+    )
     print("|---|---|---|")
     for name, runs in results.items():
         cells = []
