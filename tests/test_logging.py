@@ -137,7 +137,8 @@ def test_render_report_writes_panels(tmp_path):
 def test_panels_label_axes_keep_held_out_points_apart_and_skip_flat_zero(tmp_path):
     from matplotlib.figure import Figure
 
-    from r3l.logging.plots import PANELS, _draw, _series
+    from r3l.logging.panels import PANELS
+    from r3l.logging.plots import _draw, _series
 
     rows = [
         {"step": s, "success": s / 10, "approx_kl": 0.0, "train_tokens_per_s": 20000.0 if s == 4 else 900.0 + s}

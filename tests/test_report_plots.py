@@ -8,8 +8,8 @@ import math
 import pytest
 import yaml
 
+from r3l.logging.panels import PANELS
 from r3l.logging.plots import (
-    PANELS,
     RunInfo,
     _draw,
     _series,

@@ -1,10 +1,11 @@
 """Render a run directory's metrics.jsonl (and bench.json, if any) as PNG plots under run_dir/plots/.
 
-One panel per kind of quantity, each on its own axis (held-out success with its Wilson intervals from the run's
-eval_*.json, never beside seconds or counts); per-step values faint with a moving average over them; a step
-without an update (dropped as non-finite, or without a learning signal) a gap and a shaded band, not a 0; the
-clip thresholds of the run's config.yaml drawn where they apply; the run's name in the titles. The maths are
-small pure functions (smooth, no_update_steps, held_out_intervals, clip_range, choose_panels); drawing is _draw."""
+One panel per kind of quantity (which key goes where: r3l/logging/panels.py), each on its own axis (held-out
+success with its Wilson intervals from the run's eval_*.json, never beside seconds or counts); per-step values
+faint with a moving average over them; a step without an update (dropped as non-finite, or without a learning
+signal) a gap and a shaded band, not a 0; the clip thresholds of the run's config.yaml drawn where they apply; the
+run's name in the titles. The maths are small pure functions (smooth, no_update_steps, held_out_intervals,
+clip_range, choose_panels); drawing is _draw."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import json
 import math
 import re
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from r3l.errors import UserError
+from r3l.logging.panels import PANELS, Panel, held_out, held_out_success, success_rate, update_key
 from r3l.logging.sinks import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:
@@ -26,178 +27,6 @@ if TYPE_CHECKING:
 BENCH_FILE = "bench.json"
 PLOTS_DIR = "plots"
 
-
-def _tokens(key: str) -> list[str]:
-    return [t for t in re.split(r"[/_.\-\s]+", key.lower()) if t]
-
-
-def _held_out(key: str) -> bool:
-    return key.startswith("eval/")
-
-
-REFLECTION_KEYS = (
-    "valid_report_rate",
-    "retry_success",
-    "retry_improvement_rate",
-    "pivot_relative_mean",
-    "pivot_zero_fraction",
-    "retry_slots_unused",
-)
-
-
-def _update_key(key: str) -> bool:
-    """The loss and the gradient norm: on a step without an update they are null (dropped) or 0 by construction
-    (no learning signal), never a measurement, and are drawn as gaps."""
-    return key.endswith("loss") or key == "grad_norm"
-
-
-def _success_rate(key: str) -> bool:
-    """A training success rate (not a count such as retry_successes, not the R3L retry panel's retry_success)."""
-    tokens = _tokens(key)
-    return (
-        not _held_out(key)
-        and key not in REFLECTION_KEYS
-        and bool(tokens)
-        and (tokens[-1] == "success" or tokens[-2:] == ["success", "rate"])
-    )
-
-
-def _reward(key: str) -> bool:
-    tokens = _tokens(key)
-    return not _held_out(key) and bool(tokens) and (tokens[-1] == "reward" or tokens[-2:] == ["reward", "mean"])
-
-
-def _held_out_success(key: str) -> bool:
-    return _held_out(key) and _tokens(key)[-1] == "success"
-
-
-@dataclass(frozen=True)
-class Panel:
-    name: str  # file stem
-    title: str
-    ylabel: str
-    matches: Callable[[str], bool]
-    robust_scale: bool = False  # y-range from the bulk of the values, so rare spikes do not flatten the rest
-    hide_zero: bool = False  # leave out metrics that are 0 at every step (KL with KL off, on-policy approx_kl)
-    hide_one: bool = False  # leave out metrics that are 1 at every step (the on-policy importance ratio)
-    unit_range: bool = False  # a share or rate: the y-axis spans [0, 1], so small changes are not blown up
-    smooth: bool = True  # a centred moving average drawn over the per-step points (levels and counters: no)
-    update: bool = False  # measured by the optimizer step: steps without an update are shaded
-    from_zero: bool = False  # a level or a count: the y-axis starts at 0 (a constant learning rate looks flat)
-
-
-PANELS: list[Panel] = [
-    Panel("reward", "training reward (sampled)", "mean reward", _reward),
-    Panel("success", "training success (sampled)", "success rate", _success_rate, unit_range=True),
-    Panel(
-        "held_out",
-        "held-out success (bars: 95% Wilson)",
-        "held-out success",
-        _held_out_success,
-        unit_range=True,
-        smooth=False,
-    ),
-    Panel(
-        "held_out_reward",
-        "held-out mean reward",
-        "mean reward",
-        lambda k: _held_out(k) and _tokens(k)[-1] == "reward",
-        smooth=False,
-    ),
-    Panel(
-        "zero_variance",
-        "groups without a learning signal (all rewards equal)",
-        "share of groups",
-        lambda k: k == "zero_variance_groups",
-        unit_range=True,
-    ),
-    Panel("loss", "loss", "loss", lambda k: "loss" in k.lower(), update=True),
-    Panel("kl", "KL", "KL", lambda k: any(re.fullmatch(r"kl\d*", t) for t in _tokens(k)), hide_zero=True, update=True),
-    Panel(
-        "clip_fraction",
-        "clipped share of tokens",
-        "share of tokens",
-        lambda k: k.endswith("clip_fraction"),
-        hide_zero=True,
-        update=True,
-    ),
-    Panel(
-        "ratio",
-        "importance ratio (new / old policy)",
-        "ratio",
-        lambda k: k.startswith("ratio_"),
-        hide_one=True,
-        update=True,
-    ),
-    Panel("entropy", "entropy", "nats per token", lambda k: "entropy" in k.lower(), update=True),
-    Panel(
-        "tokens_per_s",
-        "tokens/s",
-        "tokens per second",
-        lambda k: any(s in k.lower() for s in ("tokens_per_s", "tokens/s", "tok_per_s")),
-        robust_scale=True,
-    ),
-    Panel(
-        "grad_norm",
-        "grad norm",
-        "gradient norm (before clipping)",
-        lambda k: any(s in k.lower() for s in ("grad_norm", "gradnorm", "grad/norm")),
-        update=True,
-    ),
-    Panel(
-        "lr",
-        "learning rate",
-        "learning rate",
-        lambda k: "lr" in _tokens(k) or "learning_rate" in k.lower(),
-        smooth=False,
-        from_zero=True,
-    ),
-    Panel(
-        "response_length",
-        "response length",
-        "tokens",
-        lambda k: bool({"length", "len"} & set(_tokens(k))) or "response_len" in k.lower(),
-    ),
-    Panel(
-        "seconds",
-        "time per step",
-        "seconds",
-        lambda k: k in ("step_seconds", "rollout_seconds", "train_seconds", "eval/seconds"),
-        from_zero=True,
-    ),
-    Panel(
-        "memory",
-        "memory (resident set size of the trainer process)",
-        "MiB",
-        lambda k: k in ("rss_mib", "peak_rss_mib"),
-        smooth=False,
-        from_zero=True,
-    ),
-    Panel("reflection", "R3L: reports, retries, pivots", "rate / mean", lambda k: k in REFLECTION_KEYS),
-    Panel(
-        "termination",
-        "how episodes ended",
-        "share of episodes",
-        lambda k: k.startswith("termination/"),
-        unit_range=True,
-    ),
-    Panel(
-        "hack_watch",
-        "reward-hacking watch: rewarded answers that copy the prompt",
-        "share of episodes",
-        lambda k: k.endswith("hack/prompt_copies"),
-        unit_range=True,
-        smooth=False,
-    ),
-    Panel(
-        "nonfinite",
-        "non-finite updates (dropped), running count",
-        "count",
-        lambda k: k == "nonfinite_updates",
-        smooth=False,
-        from_zero=True,
-    ),
-]
 
 Series = dict[str, tuple[list[float], list[float]]]  # key -> (steps, values)
 
@@ -211,7 +40,7 @@ def _number(value: Any) -> float | None:
 def _eval_row(row: dict) -> bool:
     """A held-out evaluation's row: every metric in it is an eval/ one."""
     keys = [k for k in row if k not in ("step", "time", "nonfinite")]
-    return bool(keys) and all(_held_out(k) for k in keys)
+    return bool(keys) and all(held_out(k) for k in keys)
 
 
 def merged_rows(rows: list[dict]) -> list[dict]:
@@ -258,7 +87,7 @@ def _series(rows: list[dict]) -> Series:
         for key, value in row.items():
             if key in ("step", "time") or (value is not None and _number(value) is None):
                 continue
-            if _held_out(key):
+            if held_out(key):
                 steps, values = out.setdefault(key, ([], []))
                 steps.append(float(row["step"]))
                 values.append(math.nan if value is None else float(value))
@@ -266,14 +95,14 @@ def _series(rows: list[dict]) -> Series:
                 steps = [float(r["step"]) for r in training]
                 values = [
                     math.nan
-                    if (_number(r.get(key)) is None or (_update_key(key) and float(r["step"]) in skipped))
+                    if (_number(r.get(key)) is None or (update_key(key) and float(r["step"]) in skipped))
                     else float(r[key])
                     for r in training
                 ]
                 out[key] = (steps, values)
     # keys that are only ever null carry nothing to draw; a loss or gradient norm of a run without a single update
     # is drawn all the same: an empty panel, shaded where the updates were dropped or had no signal
-    return {k: v for k, v in out.items() if any(math.isfinite(x) for x in v[1]) or (_update_key(k) and skipped)}
+    return {k: v for k, v in out.items() if any(math.isfinite(x) for x in v[1]) or (update_key(k) and skipped)}
 
 
 def same_series(series: Series, a: str, b: str) -> bool:
@@ -403,7 +232,7 @@ def _draw(
     for index, key in enumerate(keys):
         steps, values = series[key]
         colour = f"C{index % 10}"
-        if _held_out(key):  # a few greedy evaluations: points with their interval
+        if held_out(key):  # a few greedy evaluations: points with their interval
             intervals = info.intervals.get(key, {})
             error = [
                 [v - intervals[s][0] if s in intervals else 0.0 for s, v in zip(steps, values)],
@@ -462,7 +291,7 @@ def _draw(
     ax.grid(True, alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
     smoothed = any(
-        panel.smooth and not _held_out(k) and smoothing_window(sum(math.isfinite(v) for v in series[k][1])) > 1
+        panel.smooth and not held_out(k) and smoothing_window(sum(math.isfinite(v) for v in series[k][1])) > 1
         for k in keys
     )
     ax.legend(
@@ -499,7 +328,7 @@ def choose_panels(series: Series) -> tuple[list[tuple[Panel, list[str]]], dict[s
     reward identical to a success rate (a binary reward): drawn once, on the success panel."""
     notes: dict[str, str] = {}
     chosen = []
-    success_keys = sorted(k for k in series if _success_rate(k))
+    success_keys = sorted(k for k in series if success_rate(k))
     for panel in PANELS:
         keys = sorted(
             k
@@ -509,7 +338,7 @@ def choose_panels(series: Series) -> tuple[list[tuple[Panel, list[str]]], dict[s
             and not (panel.hide_one and _all_equal(series, k, 1.0))
         )
         if panel.name in ("reward", "held_out_reward"):
-            against = success_keys if panel.name == "reward" else sorted(k for k in series if _held_out_success(k))
+            against = success_keys if panel.name == "reward" else sorted(k for k in series if held_out_success(k))
             same = [k for k in keys if any(same_series(series, k, s) for s in against)]
             if same:
                 keys = [k for k in keys if k not in same]
