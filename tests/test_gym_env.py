@@ -20,7 +20,7 @@ import gymnasium
 import tests.helpers.gym_text  # noqa: F401  (registers R3lTest/Mastermind-v0)
 from r3l.config import load_config
 from r3l.envs import make
-from r3l.envs.games.gym_games import ansi_text
+from r3l.envs.games.gymnasium_game import ansi_text
 from r3l.errors import UserError
 from tests.conftest import run_cli
 from tests.helpers.replay import check_replay

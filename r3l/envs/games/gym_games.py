@@ -35,19 +35,17 @@ differ, mark it not replayable, and R3L's retry from a pivot is then refused in 
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import random
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from r3l.envs import register
 from r3l.envs.base import Env, StepResult, Task
 from r3l.envs.games.game_rules import INTROS, family, frozen_lake_map, game_key, identity, move_form
+from r3l.envs.games.game_source import Frame
+from r3l.envs.games.gymnasium_game import GymnasiumGame
 from r3l.envs.games.text_game import (
     SPLITS,
     check_count,
@@ -56,15 +54,11 @@ from r3l.envs.games.text_game import (
     normalise_action,
     with_actions,
 )
+from r3l.envs.games.textarena_game import TextArenaGame
 from r3l.envs.reply_grammar import action_constraint, move_constraint
 from r3l.errors import UserError
 
-MISSING = "the {what} env needs {package}: pip install 'r3l[games]' (or pip install {package})"
 PROBE_SEED = 12_345
-ANSI_SPAN = re.compile(r"\x1b\[[0-9;]*m(.*?)\x1b\[0m", re.S)
-ANSI_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# Gymnasium's toy-text games whose Discrete actions have known names
-TOY_TEXT = {"FrozenLake": ("left", "down", "right", "up")}
 MAP_SETTINGS = ("map_size", "hole_probability", "fixed_map")  # FrozenLake's random maps
 
 SYSTEM_PROMPT = (
@@ -73,19 +67,6 @@ SYSTEM_PROMPT = (
     "for example: <think>{thought}</think><action>{example}</action>. Write the move exactly as the game asks for "
     "it{listed}. A move the game does not accept wastes a turn. You have at most {max_steps} turns."
 )
-
-
-@dataclass(frozen=True)
-class Frame:
-    """What a game answered to a start or a move."""
-
-    observation: str
-    reward: float = 0.0
-    over: bool = False  # the game ended by itself (Gymnasium's terminated; TextArena's done)
-    truncated: bool = False  # the game's own time limit ended the episode
-    accepted: bool = True  # False: the game rejected the move (a TextArena invalid move)
-    won: bool | None = None  # the game's own success flag, where it gives one
-    reason: str = ""  # the game's closing sentence, where it gives one
 
 
 class OwnRandom:
@@ -111,202 +92,6 @@ class OwnRandom:
             self._states = random.getstate(), numpy.random.get_state()
             random.setstate(saved[0])
             numpy.random.set_state(saved[1])
-
-
-def ansi_text(text: str) -> str:
-    """An `ansi` render as plain text: coloured spans in square brackets, other escape codes removed."""
-    return ANSI_CODE.sub("", ANSI_SPAN.sub(r"[\1]", text))
-
-
-def _said(error: BaseException) -> str:
-    """An exception as one short line (NLTK's banners of asterisks dropped)."""
-    text = " ".join(re.sub(r"\*{3,}", " ", str(error)).split())[:200]
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def _toy_text(game_id: str) -> tuple[str, ...]:
-    """The built-in action names of a Gymnasium toy-text game ('FrozenLake8x8-v1' -> FrozenLake's)."""
-    return TOY_TEXT.get(family(game_id), ())
-
-
-def _unknown(what: str, game_id: str, known: Sequence[str]) -> UserError:
-    close = difflib.get_close_matches(game_id, list(known), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {', '.join(sorted(known)[:5])}"
-    return UserError(f"no {what} game '{game_id}'{hint}")
-
-
-class GymnasiumGame:
-    """One `gymnasium.make(ID)` instance, its observations as text and its actions by name."""
-
-    def __init__(
-        self,
-        game_id: str,
-        make_args: Mapping[str, Any],
-        names: Sequence[str] | None,
-        seeded_args: Callable[[int], dict[str, Any]] | None = None,
-    ):
-        """`seeded_args(seed)`: settings of the game that depend on the task's seed (a FrozenLake map); the game is
-        made again with them at each start."""
-        try:
-            import gymnasium
-        except ImportError:
-            raise UserError(MISSING.format(what="gym", package="gymnasium")) from None
-        if ":" not in game_id and game_id not in gymnasium.registry:
-            raise _unknown("Gymnasium", game_id, list(gymnasium.registry))
-        self.id, self._gymnasium, self.make_args, self.seeded_args = game_id, gymnasium, dict(make_args), seeded_args
-        self.env = self._make(gymnasium, dict(make_args))
-        spaces = gymnasium.spaces
-        observation_space, action_space = self.env.observation_space, self.env.action_space
-        self.render = not isinstance(observation_space, spaces.Text) and self.env.render_mode == "ansi"
-        self.text_actions = isinstance(action_space, spaces.Text)
-        if isinstance(action_space, spaces.Discrete):
-            known = _toy_text(game_id)
-            names = [str(name) for name in (names or known or range(int(action_space.n)))]
-            if len(names) != int(action_space.n):
-                raise UserError(
-                    f"env.args.actions names {len(names)} actions, but '{game_id}' has "
-                    f"{int(action_space.n)} (Discrete({int(action_space.n)}))"
-                )
-            self.names: tuple[str, ...] | None = tuple(names)
-        elif self.text_actions:
-            self.names = tuple(str(name) for name in names) if names else None
-        else:
-            raise UserError(
-                f"'{game_id}' acts in {str(action_space)[:80]}; the gym env plays text actions "
-                "(spaces.Text) or named Discrete(n) actions"
-            )
-        self.seeded = "seed" in inspect.signature(self.env.unwrapped.reset).parameters
-
-    def _make(self, gymnasium: Any, kwargs: dict[str, Any]) -> Any:
-        try:
-            env = gymnasium.make(self.id, **kwargs)
-            if (
-                "render_mode" not in kwargs
-                and not isinstance(env.observation_space, gymnasium.spaces.Text)
-                and "ansi" in (env.metadata.get("render_modes") or ())
-            ):
-                env.close()
-                env = gymnasium.make(self.id, render_mode="ansi", **kwargs)
-        except UserError:
-            raise
-        except Exception as error:  # noqa: BLE001 - whatever the package raises, one line that names the game
-            raise UserError(
-                f"Gymnasium could not make '{self.id}' with env.args.make_args={kwargs}: {_said(error)}"
-            ) from None
-        return env
-
-    def _text(self, observation: Any) -> str:
-        if self.render:
-            rendered = self.env.render()
-            return ansi_text(rendered if isinstance(rendered, str) else "".join(map(str, rendered))).strip("\n")
-        if isinstance(observation, str):
-            return observation
-        raise UserError(
-            f"'{self.id}' observes {str(self.env.observation_space)[:80]}, not text, and has no 'ansi' "
-            "render; the gym env plays games that observe text"
-        )
-
-    @property
-    def unwrapped(self) -> Any:
-        return self.env.unwrapped
-
-    def start(self, seed: int) -> Frame:
-        if self.seeded_args is not None:
-            self.env.close()
-            self.env = self._make(self._gymnasium, {**self.make_args, **self.seeded_args(seed)})
-        observation, _ = self.env.reset(seed=seed) if self.seeded else self.env.reset()
-        return Frame(self._text(observation))
-
-    def admits(self, action: str) -> bool:
-        return not self.text_actions or bool(self.env.action_space.contains(action))
-
-    def play(self, action: str) -> Frame:
-        move: Any = action
-        if not self.text_actions:
-            move = self.env.action_space.start + self.names.index(action)  # type: ignore[union-attr]
-        observation, reward, terminated, truncated, info = self.env.step(move)
-        flag = next((info[key] for key in ("success", "is_success") if key in info), None)
-        return Frame(
-            self._text(observation),
-            float(reward),
-            bool(terminated),
-            bool(truncated),
-            won=None if flag is None else bool(flag),
-        )
-
-    def close(self) -> None:
-        self.env.close()
-
-
-class TextArenaGame:
-    """One TextArena game, unwrapped from its observation wrappers, played by player 0 alone."""
-
-    seeded = True
-
-    def __init__(self, game_id: str, make_args: Mapping[str, Any], names: Sequence[str] | None):
-        try:
-            import textarena
-            from textarena.envs.registration import ENV_REGISTRY
-        except ImportError:
-            raise UserError(MISSING.format(what="textarena", package="textarena")) from None
-        if game_id not in ENV_REGISTRY:
-            raise _unknown("TextArena", game_id, list(ENV_REGISTRY))
-        self.id, self.names, self.text_actions = game_id, tuple(str(n) for n in names) if names else None, True
-        try:
-            outer = textarena.make(game_id, **dict(make_args))
-        except Exception as error:  # noqa: BLE001 - a game that needs data or a service: one line naming it
-            raise UserError(
-                f"TextArena could not make '{game_id}' with env.args.make_args={dict(make_args)}: {_said(error)}"
-            ) from None
-        chain = []
-        while isinstance(outer, textarena.Wrapper):
-            chain.append(outer)
-            outer = outer.env
-        self.env = outer
-        self.formatters = [wrapper for wrapper in chain if isinstance(wrapper, textarena.ActionWrapper)]
-        self._player_action = textarena.ObservationType.PLAYER_ACTION
-
-    @property
-    def unwrapped(self) -> Any:
-        return self.env
-
-    def _messages(self) -> str:
-        _, messages = self.env.get_observation()
-        return "\n".join(
-            str(text).strip()
-            for sender, text, kind in messages
-            if not (kind == self._player_action and sender == 0) and str(text).strip()
-        )
-
-    def start(self, seed: int) -> Frame:
-        try:
-            self.env.reset(num_players=1, seed=seed)
-        except AssertionError as error:
-            raise UserError(
-                f"TextArena game '{self.id}' cannot be played by one player ({error}); the textarena "
-                "env plays single-player games"
-            ) from None
-        return Frame(self._messages())
-
-    def admits(self, action: str) -> bool:
-        return True
-
-    def play(self, action: str) -> Frame:
-        for wrapper in self.formatters:  # outermost first, as the wrapped env would apply them
-            action = wrapper.action(action)
-        errors = getattr(self.env.state, "error_count", 0)
-        done, _ = self.env.step(action)
-        state = self.env.state
-        info = (getattr(state, "game_info", None) or {}).get(0, {})
-        rejected = getattr(state, "error_count", 0) > errors or bool(done and info.get("invalid_move"))
-        text = self._messages() or "The game took the move."
-        if not done:
-            return Frame(text, accepted=not rejected)
-        reward = float((getattr(state, "rewards", None) or {}).get(0, 0.0))
-        return Frame(text, reward, over=True, accepted=not rejected, reason=str(info.get("reason", "")))
-
-    def close(self) -> None:
-        pass
 
 
 # where a game comes from -> the class that plays it (r3l/envs/games/openenv_game.py adds "openenv")

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.games.gym_games import GAME_SOURCES, MISSING, Frame, GymGameEnv, _said
+from r3l.envs.games.game_source import MISSING, Frame, said
+from r3l.envs.games.gym_games import GAME_SOURCES, GymGameEnv
 from r3l.envs.reward_functions import load_reward_function
 from r3l.errors import UserError
 
@@ -68,7 +69,7 @@ class OpenEnvGame:
             self.env: Any = environment_class(**dict(make_args))
         except Exception as error:  # noqa: BLE001 - the user's class may fail in any way: one line naming it
             raise UserError(
-                f"could not make '{game_id}' with env.args.make_args={dict(make_args)}: {_said(error)}"
+                f"could not make '{game_id}' with env.args.make_args={dict(make_args)}: {said(error)}"
             ) from None
         self.seeded = "seed" in inspect.signature(self.env.reset).parameters
 
