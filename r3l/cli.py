@@ -367,6 +367,12 @@ def compare(
     budget_of: str | None = typer.Option(
         None, "--budget-of", help="With --match-budget: the reference arm (default: the costliest)."
     ),
+    budget_for: str | None = typer.Option(
+        None,
+        "--budget-for",
+        help="With --match-budget: only these arms run on to the budget, comma-separated (default: every arm "
+        "cheaper than the reference).",
+    ),
     metric: str = typer.Option(
         "success", "--metric", help="success, or reward (average reward, the R3L paper's metric, where graded)."
     ),
@@ -394,6 +400,7 @@ def compare(
         table_only,
         match_budget=match_budget,
         budget_of=budget_of,
+        budget_for=[name for name in (budget_for or "").split(",") if name],
         reading=Reading(metric, plot_x),
         allow_code_change=allow_code_change,
     )

@@ -5,11 +5,12 @@ The statistics themselves: tests/test_compare_stats.py."""
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from r3l.compare.budget import budget_arm, reference_cost
+from r3l.compare.budget import arms_under_budget, budget_arm, check_budget, reference_cost
 from r3l.compare.notes import code_note, differing_settings, overlap_counts
 from r3l.compare.plan import Arm, Budget, RunSpec, make_arms, plan_runs
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
@@ -260,8 +261,13 @@ def test_budget_arms_run_on_to_the_reference_cost():
         return made
 
     results = [run("grpo", 18_000), run("r3l", 60_000), run("r3l", 58_000)]
-    with pytest.raises(UserError, match="no such arm"):
-        reference_cost(results, Budget("tokens", "r3"))
+    with pytest.raises(UserError, match="name no arm of this comparison: r3 "):
+        check_budget(Budget("tokens", "r3"), ["grpo", "r3l"])
+    with pytest.raises(UserError, match="name no arm of this comparison: gpro "):
+        check_budget(Budget("tokens", "r3l", arms=("gpro",)), ["grpo", "r3l"])
+    with pytest.raises(UserError, match="--budget-for r3l: that is the reference arm"):
+        check_budget(Budget("tokens", "r3l", arms=("grpo", "r3l")), ["grpo", "r3l"])
+    check_budget(Budget("tokens", "r3l", arms=("grpo",)), ["grpo", "r3l"])
     assert reference_cost(results, Budget("tokens")) == ("r3l", 59_000)
     budget = Budget("tokens", "r3l", 59_000, "r3l")
     arm = budget_arm(Arm("grpo", "examples/x.yaml", ("algorithm=grpo",)), [results[0]], budget, 30, 0)
@@ -272,6 +278,13 @@ def test_budget_arms_run_on_to_the_reference_cost():
         ("algorithm=grpo",),
         ("train.budget_tokens=59000", "train.steps=295", "eval.every=30"),
     )
+    # every arm cheaper than the reference runs on, or only those --budget-for names
+    ablation = run("no_rr", 30_000)
+    arms = [Arm("grpo", None, ()), Arm("r3l", None, ()), Arm("no_rr", None, ())]
+    steps = {"grpo": (30, 0), "r3l": (30, 0), "no_rr": (30, 0)}
+    every = arms_under_budget(arms, [*results, ablation], budget, steps)
+    only = arms_under_budget(arms, [*results, ablation], replace(budget, arms=("grpo",)), steps)
+    assert [a.label for a in every] == ["grpo@tokens", "no_rr@tokens"] and [a.label for a in only] == ["grpo@tokens"]
 
 
 def test_compare_two_configs_at_equal_steps_and_budget_and_rebuild_the_table(tmp_path):
@@ -331,6 +344,15 @@ def test_compare_two_configs_at_equal_steps_and_budget_and_rebuild_the_table(tmp
     assert clash.returncode == 2 and "holds another comparison" in clash.stderr
     bad = run_cli("compare", "--out", "cmp", "--metric", "accuracy", cwd=tmp_path)
     assert bad.returncode == 2 and "--metric accuracy" in bad.stderr
+    # --budget-for: checked before anything runs, kept in the plan, named in the note
+    stray = run_cli("compare", "--out", "cmp", "--match-budget", "tokens", "--budget-for", "chep", cwd=tmp_path)
+    assert stray.returncode == 2 and "name no arm of this comparison: chep (its arms: cheap, costly)" in stray.stderr
+    alone = run_cli("compare", "--out", "cmp", "--budget-for", "cheap", cwd=tmp_path)
+    assert alone.returncode == 2 and "give --match-budget" in alone.stderr
+    chosen = run_cli("compare", "--out", "cmp", "--match-budget", "tokens", "--budget-for", "cheap", cwd=tmp_path)
+    assert chosen.returncode == 0 and "running" not in chosen.stdout
+    assert json.loads((out / "compare.json").read_text())["budget"]["arms"] == ["cheap"]
+    assert "arms marked @tokens are cheap (--budget-for) run again" in (out / "compare.md").read_text()
 
 
 def test_long_arm_labels_wrap_after_underscores_and_at_spaces():

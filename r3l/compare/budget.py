@@ -18,12 +18,23 @@ def mean_cost(runs: Sequence[RunResult], by: str) -> float:
     return sum(r.cost.of(by) for r in runs) / len(runs)
 
 
+def check_budget(budget: Budget, labels: Sequence[str]) -> None:
+    """Before any run: the reference arm (--budget-of) and the arms run on (--budget-for) are arms of the
+    comparison, and the reference is not among the arms run on."""
+    unknown = [name for name in (budget.of, *budget.arms) if name is not None and name not in labels]
+    if unknown:
+        raise UserError(
+            f"--budget-of/--budget-for name no arm of this comparison: {', '.join(unknown)} (its arms: "
+            f"{', '.join(labels)})"
+        )
+    if budget.of is not None and budget.of in budget.arms:
+        raise UserError(f"--budget-for {budget.of}: that is the reference arm (--budget-of); name the others")
+
+
 def reference_cost(results: Sequence[RunResult], budget: Budget) -> tuple[str, float]:
-    """(the reference arm, its mean cost per run): `budget.of`, or the costliest arm. Every one of its runs must
-    have finished."""
+    """(the reference arm, its mean cost per run): `budget.of` (an arm: `check_budget`), or the costliest arm.
+    Every one of its runs must have finished."""
     labels = list(dict.fromkeys(r.label for r in results))
-    if budget.of is not None and budget.of not in labels:
-        raise UserError(f"--budget-of {budget.of}: no such arm in this comparison ({', '.join(labels)})")
     finished = {label: [r for r in results if r.label == label and r.after is not None] for label in labels}
     candidates = [budget.of] if budget.of is not None else labels
     unfinished = [label for label in candidates if len(finished[label]) < sum(r.label == label for r in results)]
@@ -56,13 +67,15 @@ def budget_arm(arm: Arm, runs: Sequence[RunResult], budget: Budget, steps: int, 
 def arms_under_budget(
     arms: Sequence[Arm], results: Sequence[RunResult], budget: Budget, steps: dict[str, tuple[int, int]]
 ) -> list[Arm]:
-    """The budget arm of every arm whose mean cost is below the target (`steps`: label -> (train.steps,
-    eval.every) of its config)."""
+    """The budget arm of every arm whose mean cost is below the target, of `budget.arms` only where it names some
+    (`steps`: label -> (train.steps, eval.every) of its config)."""
     assert budget.target is not None
     out = []
     for arm in arms:
         runs = [r for r in results if r.label == arm.label and r.after is not None]
         if arm.label == budget.reference or not runs or mean_cost(runs, budget.by) >= budget.target:
+            continue
+        if budget.arms and arm.label not in budget.arms:
             continue
         out.append(budget_arm(arm, runs, budget, *steps[arm.label]))
     return out

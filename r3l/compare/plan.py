@@ -126,12 +126,14 @@ def run_all(
 @dataclass(frozen=True)
 class Budget:
     """`--match-budget`: arms cheaper than the reference arm (`of`; None: the costliest) run on to its mean
-    cost in generated tokens or seconds; `target` is fixed once the reference has finished."""
+    cost in generated tokens or seconds (`arms`: only these of them; empty: every one); `target` is fixed once the
+    reference has finished."""
 
     by: str
     of: str | None = None
     target: float | None = None
     reference: str | None = None
+    arms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,5 +168,7 @@ def read_plan(out: Path) -> Plan:
         raise UserError(f"{out} holds no comparison (compare.json); run r3l compare CONFIGS --out {out} first")
     record = json.loads(path.read_text())
     arms = [Arm(a["label"], a["config"], tuple(a["overrides"])) for a in record["arms"]]
-    budget = Budget(**record["budget"]) if record.get("budget") else None
+    budget = None
+    if record.get("budget"):
+        budget = Budget(**{**record["budget"], "arms": tuple(record["budget"].get("arms", ()))})
     return Plan(arms, record["seeds"], record["overrides"], budget)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from r3l.compare.budget import arms_under_budget, reference_cost
+from r3l.compare.budget import arms_under_budget, check_budget, reference_cost
 from r3l.compare.notes import code_note, overlap_counts, overlap_line, settings_note
 from r3l.compare.plan import Budget, Plan, make_arms, plan_runs, read_plan, run_all, write_plan
 from r3l.compare.plot import plot
@@ -117,6 +117,9 @@ def start_plan(
     if budget is not None and plan.budget != budget and (plan.budget is None or plan.budget.by != budget.by):
         plan = replace(plan, budget=budget)
         write_plan(out, plan)
+    elif budget is not None and plan.budget is not None and budget.arms and budget.arms != plan.budget.arms:
+        plan = replace(plan, budget=replace(plan.budget, arms=budget.arms))  # the same target, other arms run on
+        write_plan(out, plan)
     return plan, out
 
 
@@ -131,6 +134,7 @@ def run_compare(
     *,
     match_budget: str | None = None,
     budget_of: str | None = None,
+    budget_for: Sequence[str] = (),
     reading: Reading = Reading(),
     allow_code_change: bool = False,
 ) -> tuple[Path, str, int]:
@@ -141,10 +145,15 @@ def run_compare(
         raise UserError(f"--metric {reading.metric}: use one of {', '.join(METRICS)}")
     if reading.plot_x not in PLOT_AXES:
         raise UserError(f"--plot-x {reading.plot_x}: use one of {', '.join(PLOT_AXES)}")
-    if budget_of is not None and match_budget is None:
-        raise UserError("--budget-of names the arm whose cost the others match; give --match-budget tokens|seconds")
-    budget = Budget(match_budget, budget_of) if match_budget else None
+    if (budget_of is not None or budget_for) and match_budget is None:
+        raise UserError(
+            "--budget-of and --budget-for choose the arms of an equal-budget reading; give --match-budget "
+            "tokens|seconds"
+        )
+    budget = Budget(match_budget, budget_of, arms=tuple(budget_for)) if match_budget else None
     plan, out = start_plan(names, overrides, seeds, base, out, budget)
+    if plan.budget is not None:
+        check_budget(plan.budget, [arm.label for arm in plan.arms])
     out = relative_out(out)
     configs = load_configs(plan)
     first = configs[plan.arms[0].label]
@@ -182,8 +191,9 @@ def run_compare(
 
 def budget_note(budget: Budget) -> str:
     unit = "generated tokens" if budget.by == "tokens" else "seconds"
+    which = f"{', '.join(budget.arms)} (--budget-for)" if budget.arms else "the cheaper arms"
     return (
-        f"Equal budget: arms marked @{budget.by} are the cheaper arms run again, on until each run spent "
+        f"Equal budget: arms marked @{budget.by} are {which} run again, on until each run spent "
         f"{budget.target:.0f} {unit} (the mean of {budget.reference}'s runs), evaluated at least every as many "
         "steps as their equal-steps run took."
     )
