@@ -400,7 +400,7 @@ def compare(
         table_only,
         match_budget=match_budget,
         budget_of=budget_of,
-        budget_for=[name for name in (budget_for or "").split(",") if name],
+        budget_for=[name.strip() for name in (budget_for or "").split(",") if name.strip()],
         reading=Reading(metric, plot_x),
         allow_code_change=allow_code_change,
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from r3l.compare.budget import arms_under_budget, budget_arm, check_budget, reference_cost
+from r3l.compare.budget import arms_under_budget, budget_arm, check_budget, merged_budget, reference_cost
 from r3l.compare.notes import code_note, differing_settings, overlap_counts
 from r3l.compare.plan import Arm, Budget, RunSpec, make_arms, plan_runs
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
@@ -287,6 +287,19 @@ def test_budget_arms_run_on_to_the_reference_cost():
     assert [a.label for a in every] == ["grpo@tokens", "no_rr@tokens"] and [a.label for a in only] == ["grpo@tokens"]
 
 
+def test_a_continued_comparison_keeps_its_budget_and_takes_only_the_flags_given():
+    fixed = Budget("tokens", "r3l", 59_000, "r3l", arms=("grpo",))
+    assert merged_budget(None, None) is None and merged_budget(fixed, None) == fixed
+    assert merged_budget(None, Budget("seconds")) == Budget("seconds")
+    assert merged_budget(fixed, Budget("tokens")) == fixed  # no flag but the unit: all kept, the target too
+    assert merged_budget(fixed, Budget("tokens", arms=("grpo", "no_rr"))) == replace(fixed, arms=("grpo", "no_rr"))
+    assert merged_budget(fixed, Budget("seconds")) == Budget("seconds", "r3l", arms=("grpo",))  # a new reading
+    with pytest.raises(UserError, match="--budget-of grpo: this comparison's tokens budget is fixed to r3l's cost"):
+        merged_budget(fixed, Budget("tokens", "grpo"))
+    unfixed = Budget("tokens", "r3l")
+    assert merged_budget(unfixed, Budget("tokens", "grpo")) == Budget("tokens", "grpo")  # nothing run on yet
+
+
 def test_compare_two_configs_at_equal_steps_and_budget_and_rebuild_the_table(tmp_path):
     out = tmp_path / "cmp"
     for name, group in (("cheap", 2), ("costly", 6)):  # the costly arm samples three times as many completions
@@ -347,12 +360,15 @@ def test_compare_two_configs_at_equal_steps_and_budget_and_rebuild_the_table(tmp
     # --budget-for: checked before anything runs, kept in the plan, named in the note
     stray = run_cli("compare", "--out", "cmp", "--match-budget", "tokens", "--budget-for", "chep", cwd=tmp_path)
     assert stray.returncode == 2 and "name no arm of this comparison: chep (its arms: cheap, costly)" in stray.stderr
+    assert json.loads((out / "compare.json").read_text())["budget"]["arms"] == []  # nothing stored
     alone = run_cli("compare", "--out", "cmp", "--budget-for", "cheap", cwd=tmp_path)
     assert alone.returncode == 2 and "give --match-budget" in alone.stderr
-    chosen = run_cli("compare", "--out", "cmp", "--match-budget", "tokens", "--budget-for", "cheap", cwd=tmp_path)
+    chosen = run_cli("compare", "--out", "cmp", "--match-budget", "tokens", "--budget-for", " cheap,", cwd=tmp_path)
     assert chosen.returncode == 0 and "running" not in chosen.stdout
-    assert json.loads((out / "compare.json").read_text())["budget"]["arms"] == ["cheap"]
+    assert json.loads((out / "compare.json").read_text())["budget"] == {**plan["budget"], "arms": ["cheap"]}
     assert "arms marked @tokens are cheap (--budget-for) run again" in (out / "compare.md").read_text()
+    later = run_cli("compare", "--out", "cmp", "--table-only", cwd=tmp_path)  # no flag: the stored choice stays
+    assert later.returncode == 0 and json.loads((out / "compare.json").read_text())["budget"]["arms"] == ["cheap"]
 
 
 def test_long_arm_labels_wrap_after_underscores_and_at_spaces():

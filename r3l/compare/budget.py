@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from r3l.compare.plan import Arm, Budget
 from r3l.compare.summary import RunResult
@@ -16,6 +17,25 @@ STEP_CAP_FACTOR = 3  # train.steps of a budget run: this many times the steps it
 
 def mean_cost(runs: Sequence[RunResult], by: str) -> float:
     return sum(r.cost.of(by) for r in runs) / len(runs)
+
+
+def merged_budget(stored: Budget | None, asked: Budget | None) -> Budget | None:
+    """The budget of a continued comparison: what was stored, with what this command asks for on top (a flag not
+    given keeps its stored value). The target stays while the unit and the reference do; another unit starts a
+    new reading (its arms are LABEL@unit; the earlier runs stay on disk); another reference once the target is
+    fixed is refused, since the arms already run on were run to the old one."""
+    if stored is None or asked is None:
+        return asked or stored
+    of = asked.of if asked.of is not None else stored.of
+    arms = asked.arms or stored.arms
+    if asked.by != stored.by:
+        return Budget(asked.by, of, arms=arms)
+    if of != stored.of and stored.target is not None:
+        raise UserError(
+            f"--budget-of {of}: this comparison's {stored.by} budget is fixed to {stored.reference}'s cost; "
+            "choose another --out for another reference"
+        )
+    return replace(stored, of=of, arms=arms)
 
 
 def check_budget(budget: Budget, labels: Sequence[str]) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from r3l.compare.budget import arms_under_budget, check_budget, reference_cost
+from r3l.compare.budget import arms_under_budget, check_budget, merged_budget, reference_cost
 from r3l.compare.notes import code_note, overlap_counts, overlap_line, settings_note
 from r3l.compare.plan import Budget, Plan, make_arms, plan_runs, read_plan, run_all, write_plan
 from r3l.compare.plot import plot
@@ -94,6 +94,8 @@ def format_rule(config):
 def start_plan(
     names: Sequence[str], overrides: Sequence[str], seeds: str, base: str | None, out: Path | None, budget
 ) -> tuple[Plan, Path]:
+    """The comparison's plan, new or continued (its budget merged with this command's flags and checked against
+    its arms before anything is written or run), and its folder."""
     if names:
         plan = Plan(make_arms(names, base), parse_seeds(seeds), list(overrides), budget)
         env = load_configs(plan)[plan.arms[0].label].env.name
@@ -105,21 +107,20 @@ def start_plan(
                     f"{out} holds another comparison; choose another --out, or give no configs to continue the one "
                     "there"
                 )
-            plan = replace(plan, budget=earlier.budget if budget is None else budget)
-        write_plan(out, plan)
-        return plan, out
-    if out is None:
+            plan = replace(plan, budget=merged_budget(earlier.budget, budget))
+    elif out is None:
         raise UserError(
             "name the configs to compare (YAML files or algorithm presets), or --out DIR of an "
             "earlier comparison to continue it"
         )
-    plan = read_plan(out)
-    if budget is not None and plan.budget != budget and (plan.budget is None or plan.budget.by != budget.by):
-        plan = replace(plan, budget=budget)
-        write_plan(out, plan)
-    elif budget is not None and plan.budget is not None and budget.arms and budget.arms != plan.budget.arms:
-        plan = replace(plan, budget=replace(plan.budget, arms=budget.arms))  # the same target, other arms run on
-        write_plan(out, plan)
+    else:
+        earlier = read_plan(out)
+        plan = replace(earlier, budget=merged_budget(earlier.budget, budget))
+        if plan == earlier:
+            return plan, out
+    if plan.budget is not None:
+        check_budget(plan.budget, [arm.label for arm in plan.arms])
+    write_plan(out, plan)
     return plan, out
 
 
@@ -152,8 +153,6 @@ def run_compare(
         )
     budget = Budget(match_budget, budget_of, arms=tuple(budget_for)) if match_budget else None
     plan, out = start_plan(names, overrides, seeds, base, out, budget)
-    if plan.budget is not None:
-        check_budget(plan.budget, [arm.label for arm in plan.arms])
     out = relative_out(out)
     configs = load_configs(plan)
     first = configs[plan.arms[0].label]
@@ -176,7 +175,10 @@ def run_compare(
             plan = replace(plan, budget=budget)
             write_plan(out, plan)
         steps = {label: (config.train.steps, config.eval.every) for label, config in configs.items()}
-        extra = plan_runs(arms_under_budget(plan.arms, results, budget, steps), plan.seeds, out)
+        under = arms_under_budget(plan.arms, results, budget, steps)
+        for name in sorted(set(budget.arms) - {arm.label.rsplit("@", 1)[0] for arm in under}):
+            console.print(f"--budget-for {name}: it already costs the budget or more (or is the reference): not run on")
+        extra = plan_runs(under, plan.seeds, out)
         failed += run(extra)
         results += read(extra)
     notes = [overlap_note(first), settings_note(results), code_note(results)]
