@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from r3l.compare.budget import arms_under_budget, budget_arm, check_budget, merged_budget, reference_cost
@@ -15,7 +16,7 @@ from r3l.compare.notes import code_note, differing_settings, overlap_counts
 from r3l.compare.plan import Arm, Budget, RunSpec, make_arms, plan_runs
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
 from r3l.compare.run import overlap_note, parse_seeds
-from r3l.compare.stats import difference_interval, seed_level_interval
+from r3l.compare.stats import difference_interval, paired_difference, seed_level_interval
 from r3l.compare.summary import Cost, Evaluation, RunResult, evaluation, read_run
 from r3l.compare.table import tables
 from r3l.envs import Task
@@ -157,6 +158,27 @@ def test_tables_read_seeds_as_the_unit(tmp_path):
     assert "seed as the unit" in markdown and "a note" in markdown
     assert "| grpo − r3l (1st try) |" in markdown
     assert csv.splitlines()[0].startswith("arm,try,seeds,steps,before,")
+
+
+def test_arms_whose_runs_of_a_seed_drew_the_same_tasks_are_compared_seed_by_seed(tmp_path):
+    grpo_afters = [[1, 1, 0, 1, 0, 1, 1, 0], [1, 1, 1, 1, 0, 1, 0, 0], [1, 0, 1, 1, 0, 1, 1, 0]]
+    r3l_afters = [[1, 1, 0, 1, 0, 1, 0, 0], [1, 1, 0, 1, 0, 1, 0, 0], [1, 0, 1, 1, 0, 0, 1, 0]]
+    grpo, r3l = _results(tmp_path, "grpo", grpo_afters), _results(tmp_path, "r3l", r3l_afters)
+
+    def draw(runs, seed_tasks):
+        for run, tasks in zip(runs, seed_tasks, strict=True):
+            run.draws = {step: [(f"{task}-{step}", "h")] for step, task in enumerate(tasks, 1)}
+
+    draw(grpo, ["a", "b", "c"])
+    draw(r3l, ["a", "b", "c"])
+    paired = paired_difference(np.array(grpo_afters, float) - np.array(r3l_afters, float))
+    assert (
+        f"| grpo − r3l (1st try, seeds paired) | {paired.mean:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}]"
+        in (tables([*grpo, *r3l])[0])
+    )
+    draw(r3l, ["a", "x", "c"])  # seed 1 drew other tasks: the seeds are no blocks
+    independent = difference_interval(grpo_afters, r3l_afters)
+    assert f"| grpo − r3l (1st try) | {independent.mean:+.3f} [{independent.low:+.3f}," in tables([*grpo, *r3l])[0]
 
 
 def test_one_seed_gets_no_invented_interval(tmp_path):

@@ -9,6 +9,7 @@ from r3l.compare.stats import (
     Term,
     components,
     difference_interval,
+    paired_difference,
     pooled,
     seed_level_interval,
     t_quantile,
@@ -128,6 +129,37 @@ def test_difference_interval_covers_the_true_difference():
         difference = difference_interval(first, second)
         covered += difference.low <= 0.05 <= difference.high
     assert 0.93 <= covered / trials <= 0.97
+
+
+def test_a_paired_difference_is_the_seed_level_interval_of_the_differences_with_its_p_value():
+    first = np.array(TABLE, dtype=float)
+    second = np.array([[0, 0, 1, 0], [1, 0, 0, 1], [0, 0, 0, 1]], dtype=float)
+    paired, direct = paired_difference(first - second), seed_level_interval(first - second)
+    # differences: seed means 0.5, 0.25, 0.25 (mean 1/3, their variance 1/48, over 3 seeds 1/144)
+    assert paired.mean == pytest.approx(1 / 3) and (paired.low, paired.high) == (direct.low, direct.high)
+    assert paired.low < 0 < paired.high and paired.p_value > 0.05
+    assert math.isnan(paired_difference(first[:1] - second[:1]).low)  # one seed: no spread, no interval
+
+
+def test_seeds_that_are_blocks_give_a_paired_interval_that_covers_and_is_narrower():
+    """Two arms whose runs of a seed share that seed's effect (the same training tasks drawn): 2,000 simulated
+    comparisons of 3 seeds on 200 problems. The paired interval covers the true difference 93-97 % of the time
+    and is narrower than the interval that takes the seeds as independent."""
+    rng = np.random.default_rng(11)
+    trials, covered, widths = 2000, 0, []
+    for _ in range(trials):
+        problems = rng.uniform(-0.15, 0.15, 200)
+        block = rng.normal(0.0, 0.06, 3)[:, None]  # the seed's own draw of training tasks, shared by both arms
+        first, second = (
+            (rng.random((3, 200)) < mean + block + rng.normal(0.0, 0.015, (3, 1)) + problems).astype(float)
+            for mean in (0.50, 0.45)
+        )
+        paired = paired_difference(first - second)
+        covered += paired.low <= 0.05 <= paired.high
+        widths.append((paired.width, difference_interval(first, second).width))
+    assert 0.93 <= covered / trials <= 0.97
+    paired_width, independent_width = np.median(np.array(widths), axis=0)
+    assert paired_width < 0.8 * independent_width
 
 
 def test_wilson_interval_by_hand():

@@ -207,6 +207,21 @@ def difference_interval(
     return Difference(mean, low, high, se, a.shape[0], a.shape[1], p_value=p_value, paired_problems=paired_problems)
 
 
+def paired_difference(differences: Outcomes, confidence: float = 0.95) -> Difference:
+    """The mean of a seeds x problems table of differences, each cell two measures of one seed on one problem
+    (after minus before; a reflection minus its control; two arms whose runs of a seed are one block, having
+    drawn the same training tasks): the seed is still the unit, its spread now that of the differences."""
+    table = as_table(differences)
+    seeds, problems = table.shape
+    mean = float(table.mean())
+    if seeds < 2:
+        return Difference(mean, math.nan, math.nan, math.nan, seeds, problems)
+    parts = components(table)
+    terms = [t for t in (parts.seed, problem_term(parts.problem_means, parts.residual)) if t is not None]
+    low, high, se, _ = _interval(mean, terms, confidence)
+    return Difference(mean, low, high, se, seeds, problems, p_value=two_sided_p(mean, se, terms))
+
+
 def two_sided_p(mean: float, se: float, terms: Sequence[Term]) -> float:
     """The p-value of "no difference" that agrees with the interval: the largest confidence level whose
     interval leaves out 0, found by bisection on the Cochran-Cox critical value."""

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from r3l.compare.plan import RunSpec
-from r3l.provenance import sessions
+from r3l.provenance import sessions, trained_tasks
 
 # The columns of an evaluation: the first try; where the run tried twice (eval.attempts=2), R3's second try after
 # a reflection and its control, the second try after the verdict alone. A failure's second try replaces its first.
@@ -73,6 +73,7 @@ class RunResult:
     settings: dict[str, Any] = field(default_factory=dict)  # the resolved config, flattened to dotted keys
     code: list[str] = field(default_factory=list)  # source hashes of the code each session ran
     stopped_by_budget: bool = False
+    draws: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # step -> the training tasks it drew
 
     @property
     def before(self) -> Evaluation | None:
@@ -161,7 +162,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_run(spec: RunSpec, metric: str = "success", format_rule: FormatRule | None = None) -> RunResult:
-    """From the run's summary.json, eval_*.json, metrics.jsonl (every session of it) and config.yaml."""
+    """From the run's summary.json, eval_*.json, metrics.jsonl (every session of it), config.yaml and tasks.jsonl."""
     result = RunResult(spec.arm.label, spec.seed)
     folder = spec.directory
     summary_path = folder / "summary.json"
@@ -181,6 +182,7 @@ def read_run(spec: RunSpec, metric: str = "success", format_rule: FormatRule | N
     if config.exists():
         result.settings = flatten(yaml.safe_load(config.read_text()) or {})
     result.code = list(dict.fromkeys(s["source_hash"] for s in sessions(folder) if s.get("source_hash")))
+    result.draws = trained_tasks(folder)
     return result
 
 

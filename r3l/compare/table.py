@@ -10,13 +10,21 @@ from itertools import combinations
 
 import numpy as np
 
-from r3l.compare.stats import Difference, Estimate, difference_interval, seed_level_interval, wilson_interval
+from r3l.compare.stats import (
+    Difference,
+    Estimate,
+    difference_interval,
+    paired_difference,
+    seed_level_interval,
+    wilson_interval,
+)
 from r3l.compare.summary import MEASURES, Evaluation, RunResult
 
 INTERVAL_NOTE = (
     "Intervals: 95%, with the seed as the unit: a seeds x problems table of held-out outcomes, its variance "
     "from the spread between seed means and between problems (docs/DESIGN.md, 'Seeds are the unit'); a change or "
-    "a difference pairs the problems both sides answered, seeds independent between arms. The untrained model, "
+    "a difference pairs the problems both sides answered, and the seeds where both arms' runs of a seed drew the "
+    "same training tasks (below). The untrained model, "
     "where every seed's evaluation before training gave the same answers (greedy, or sampled from one eval.seed), "
     "is one model, so it varies with the problems only. Per-seed Wilson "
     "intervals (below) count the problems alone. Cost: everything a run spent, every session, redone steps, "
@@ -104,13 +112,19 @@ def change(arm: ArmRows, measure: str) -> Difference | None:
     fixed = arm.before_is_one_model(measure)
     if fixed:
         return difference_interval(a, b[:1], second_fixed=True)
-    return seed_level_difference(a - b)
+    return paired_difference(a - b)
 
 
-def seed_level_difference(table: np.ndarray) -> Difference:
-    """The mean of per-seed, per-problem differences (two measures of the same seeds), seed as the unit."""
-    estimate = seed_level_interval(table)
-    return Difference(estimate.mean, estimate.low, estimate.high, estimate.se, estimate.seeds, estimate.problems)
+def seeds_paired(first: ArmRows, second: ArmRows) -> bool:
+    """Whether two arms' runs form blocks by seed: the same seeds, and each seed's two runs drew the same
+    training tasks at every step both took (tasks.jsonl; a run on to a budget goes on past the other's last)."""
+    if [r.seed for r in first.runs] != [r.seed for r in second.runs]:
+        return False
+    for a, b in zip(first.runs, second.runs, strict=True):
+        shared = set(a.draws) & set(b.draws)
+        if not shared or any(a.draws[step] != b.draws[step] for step in shared):
+            return False
+    return True
 
 
 def per_seed_cell(runs: Sequence[RunResult], measure: str) -> str:
@@ -176,7 +190,11 @@ def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
             continue
         (ta, pa), (tb, pb) = a, b
         common = [p for p in pa if p in set(pb)]
-        if common:
+        if common and seeds_paired(first, second):
+            cols_a, cols_b = [pa.index(p) for p in common], [pb.index(p) for p in common]
+            difference = paired_difference(ta[:, cols_a] - tb[:, cols_b])
+            name = f"{first.label} − {second.label} (1st try, seeds paired)"
+        elif common:
             difference = difference_interval(ta[:, [pa.index(p) for p in common]], tb[:, [pb.index(p) for p in common]])
             name = f"{first.label} − {second.label} (1st try)"
         else:
@@ -188,7 +206,7 @@ def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
             reflection, control = arm.table("second"), arm.table("verdict_only")
             assert reflection is not None and control is not None
             if reflection[1] == control[1]:
-                difference = seed_level_difference(reflection[0] - control[0])
+                difference = paired_difference(reflection[0] - control[0])
                 rows.append(
                     [
                         f"{arm.label}: 2nd try after a reflection − after the verdict alone",
@@ -248,7 +266,12 @@ def tables(results: Sequence[RunResult], notes: Sequence[str] = ()) -> tuple[str
     parts = [markdown(main), INTERVAL_NOTE]
     differences = difference_table(groups)
     if len(differences) > 1:
-        parts += ["Differences (seeds independent between arms; problems paired):", markdown(differences)]
+        parts += [
+            "Differences (problems paired; seeds paired where marked: each seed's runs of the two arms drew the same "
+            "training tasks, so a seed is one block and the interval comes from the spread of its differences; "
+            "elsewhere seeds independent between arms):",
+            markdown(differences),
+        ]
     parts += [*notes, "Per seed:", markdown(seed_table(groups))]
     return "\n\n".join(parts) + "\n", csv(main)
 
