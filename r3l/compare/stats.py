@@ -170,10 +170,14 @@ def seed_level_interval(rows: Outcomes, fixed_model: bool = False, confidence: f
     mean = float(table.mean())
     if seeds < 2 and not fixed_model:
         return Estimate(mean, math.nan, math.nan, math.nan, seeds, problems)
-    parts = components(table, fixed_model)
-    terms = [t for t in (parts.seed, problem_term(parts.problem_means, parts.residual)) if t is not None]
-    low, high, se, _ = _interval(mean, terms, confidence)
+    low, high, se, _ = _interval(mean, table_terms(table, fixed_model), confidence)
     return Estimate(mean, low, high, se, seeds, problems)
+
+
+def table_terms(table: np.ndarray, fixed_model: bool = False) -> list[Term]:
+    """The variance terms of one seeds x problems table's mean: its seed part and its problem part, where known."""
+    parts = components(table, fixed_model)
+    return [t for t in (parts.seed, problem_term(parts.problem_means, parts.residual)) if t is not None]
 
 
 def difference_interval(
@@ -216,8 +220,7 @@ def paired_difference(differences: Outcomes, confidence: float = 0.95) -> Differ
     mean = float(table.mean())
     if seeds < 2:
         return Difference(mean, math.nan, math.nan, math.nan, seeds, problems)
-    parts = components(table)
-    terms = [t for t in (parts.seed, problem_term(parts.problem_means, parts.residual)) if t is not None]
+    terms = table_terms(table)
     low, high, se, _ = _interval(mean, terms, confidence)
     return Difference(mean, low, high, se, seeds, problems, p_value=two_sided_p(mean, se, terms))
 

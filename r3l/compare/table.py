@@ -190,13 +190,14 @@ def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
             continue
         (ta, pa), (tb, pb) = a, b
         common = [p for p in pa if p in set(pb)]
-        if common and seeds_paired(first, second):
-            cols_a, cols_b = [pa.index(p) for p in common], [pb.index(p) for p in common]
-            difference = paired_difference(ta[:, cols_a] - tb[:, cols_b])
-            name = f"{first.label} − {second.label} (1st try, seeds paired)"
-        elif common:
-            difference = difference_interval(ta[:, [pa.index(p) for p in common]], tb[:, [pb.index(p) for p in common]])
-            name = f"{first.label} − {second.label} (1st try)"
+        if common:
+            shared_a, shared_b = ta[:, [pa.index(p) for p in common]], tb[:, [pb.index(p) for p in common]]
+            if seeds_paired(first, second):
+                difference = paired_difference(shared_a - shared_b)
+                name = f"{first.label} − {second.label} (1st try, seeds paired)"
+            else:
+                difference = difference_interval(shared_a, shared_b)
+                name = f"{first.label} − {second.label} (1st try)"
         else:
             difference = difference_interval(ta, tb, paired_problems=False)
             name = f"{first.label} − {second.label} (1st try, no shared problems)"
