@@ -1,4 +1,4 @@
-"""Where a run came from: the code that ran each session of it, the tasks each step trained on, and paths
+"""Where a run came from: the code and machine of each session of it, the tasks each step trained on, and paths
 written relative to where the run was started (never the machine's absolute paths)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -61,6 +62,60 @@ def code_version() -> dict[str, Any]:
     return {"version": __version__, "source_hash": source_hash(), "commit": commit, "dirty": dirty}
 
 
+def cpu_name(cpuinfo: str) -> str:
+    """The processor named by /proc/cpuinfo's text: its model name, with family and model numbers where the name
+    alone does not tell one generation from another ("AMD EPYC" is every EPYC)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+        if not line.strip():
+            break  # the first processor's block
+    name = fields.get("model name") or fields.get("Model") or fields.get("Hardware") or ""
+    numbers = [f"{key} {fields[key]}" for key in ("cpu family", "model") if fields.get(key)]
+    return f"{name} ({', '.join(numbers)})" if name and numbers else name
+
+
+def _package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+@cache
+def machine() -> dict[str, Any]:
+    """The machine running now, as far as it changes timings and sampled numbers: processor, cores, GPUs, and
+    the versions of the libraries that compute (the same code and seed sample otherwise on another processor)."""
+    import torch
+
+    try:
+        cpu = cpu_name(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        cpu = ""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = [torch.cuda.get_device_name(i) for i in range(count)]
+    return {
+        "cpu": cpu or platform.processor() or platform.machine(),
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "gpus": gpus,
+        "torch": torch.__version__,
+        "transformers": _package_version("transformers"),
+    }
+
+
+def machine_label(record: dict[str, Any]) -> str:
+    """One line for a machine record: "AMD EPYC (cpu family 26, model 2), 2 cores; torch 2.13.0+cpu, ..."."""
+    gpus = record.get("gpus") or []
+    where = f"{record.get('cpu') or 'unknown processor'}, {record.get('cores')} cores"
+    if gpus:
+        where += ", " + ", ".join(f"{gpus.count(name)}x {name}" for name in dict.fromkeys(gpus))
+    libraries = ", ".join(f"{name} {record[name]}" for name in ("torch", "transformers") if record.get(name))
+    return f"{where}; {libraries}" if libraries else where
+
+
 def sessions(run_dir: Path) -> list[dict[str, Any]]:
     """The sessions recorded in a run's provenance.jsonl, oldest first (none for a run made before it)."""
     path = run_dir / PROVENANCE_FILE
@@ -102,6 +157,7 @@ def record_session(run_dir: Path, kind: str, *, step: int, allowed_code_change: 
         "allowed_code_change": allowed_code_change,
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "python": sys.version.split()[0],
+        "machine": machine(),
     }
     with open(run_dir / PROVENANCE_FILE, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")

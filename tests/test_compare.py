@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from r3l.compare.budget import arms_under_budget, budget_arm, check_budget, merged_budget, reference_cost
-from r3l.compare.notes import code_note, differing_settings, overlap_counts
+from r3l.compare.notes import code_note, differing_settings, machine_note, overlap_counts
 from r3l.compare.plan import Arm, Budget, RunSpec, make_arms, plan_runs
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
 from r3l.compare.run import overlap_note, parse_seeds
@@ -403,6 +403,21 @@ def test_long_arm_labels_wrap_after_underscores_and_at_spaces():
 def test_an_unknown_interval_is_not_invented():
     estimate = seed_level_interval([[1, 0, 1]])
     assert math.isnan(estimate.low)
+
+
+def test_the_machine_note_names_each_machine_and_the_runs_on_it():
+    epyc, xeon = "AMD EPYC (cpu family 26, model 2), 2 cores", "Intel Xeon (cpu family 6, model 143), 2 cores"
+    same = [RunResult(arm, s, settings={"run.seed": s}, machines=[epyc]) for arm in ("grpo", "r3l") for s in (0, 1)]
+    assert machine_note(same) == f"Machines: every run that recorded one ran on {epyc}."
+    old = RunResult("grpo", 2, settings={"run.seed": 2})  # made before provenance.jsonl named the machine
+    moved = RunResult("r3l", 2, settings={"run.seed": 2}, machines=[epyc, xeon])  # resumed on another machine
+    assert machine_note([*same, old, moved]).splitlines() == [
+        "Machines: 2 across the runs (1 run(s) recorded none); wall times compare only between runs on one, and the "
+        "same code and seed sample differently on another:",
+        f"- {epyc}: grpo seeds 0, 1; r3l seeds 0, 1, 2",
+        f"- {xeon}: r3l seed 2",
+    ]
+    assert machine_note([old]).startswith("Machines: the runs recorded none")
 
 
 def test_the_code_note_tells_runs_without_a_code_version_from_runs_not_made_yet():

@@ -95,6 +95,7 @@ def test_train_dump_resume_eval_report(tmp_path):
     # provenance: the code of each session, the tasks of each step, no path of this machine in what is written
     sessions = read_records(run_dir / "provenance.jsonl")
     assert [s["session"] for s in sessions] == ["start"] and len(sessions[0]["source_hash"]) == 12
+    assert sessions[0]["machine"]["cores"] >= 1 and sessions[0]["machine"]["torch"]  # wall times need their machine
     steps = read_records(run_dir / "tasks.jsonl")
     assert [s["step"] for s in steps] == [1, 2] and all(len(s["tasks"]) == 2 for s in steps)
     assert all(task.startswith("countdown-train-") and len(prompt) == 12 for s in steps for task, prompt in s["tasks"])

@@ -11,18 +11,18 @@ from pathlib import Path
 import torch
 
 from r3l.bench.registry import Section, SectionResult
+from r3l.provenance import machine as provenance_machine
 
 JSON_FILE, MARKDOWN_FILE, DETAILS_FILE = "bench.json", "bench.md", "bench_details.json"
 
 
 def machine() -> dict:
+    """What a run's provenance records of the machine (provenance.machine), with the platform and threads."""
     return {
+        **provenance_machine(),
         "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
         "python": platform.python_version(),
-        "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 
 

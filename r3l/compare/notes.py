@@ -1,5 +1,5 @@
 """The lines under a comparison's table that a reviewer asks for: how the held-out problems overlap the training
-problems, on which settings the runs differ besides their algorithm, and which code they ran."""
+problems, on which settings the runs differ besides their algorithm, and which code and machines they ran on."""
 
 from __future__ import annotations
 
@@ -103,3 +103,31 @@ def code_note(results: Sequence[RunResult]) -> str:
     if remarks:
         line += f" ({', '.join(remarks)})"
     return line + (f"; resumed under other code: {', '.join(mixed)}." if mixed else ".")
+
+
+def _seeds(seeds: Sequence[int]) -> str:
+    return f"seed {seeds[0]}" if len(seeds) == 1 else "seeds " + ", ".join(str(s) for s in seeds)
+
+
+def machine_note(results: Sequence[RunResult]) -> str:
+    """Which machines the runs ran on (provenance.jsonl): wall times compare only on one machine, and sampled
+    numbers of the same code and seed differ from one processor or library version to another."""
+    recorded = [r for r in results if r.machines]
+    if not recorded:
+        return "Machines: the runs recorded none (made before provenance.jsonl named the machine)."
+    machines = list(dict.fromkeys(name for r in recorded for name in r.machines))
+    silent = sum(1 for r in results if r.settings and not r.machines)
+    unrecorded = f" ({silent} run(s) recorded none)" if silent else ""
+    if len(machines) == 1:
+        return f"Machines: every run that recorded one ran on {machines[0]}{unrecorded}."
+    lines = [
+        f"Machines: {len(machines)} across the runs{unrecorded}; wall times compare only between runs on one, and "
+        "the same code and seed sample differently on another:"
+    ]
+    for name in machines:
+        runs: dict[str, list[int]] = {}
+        for r in recorded:
+            if name in r.machines:
+                runs.setdefault(r.label, []).append(r.seed)
+        lines.append(f"- {name}: " + "; ".join(f"{label} {_seeds(sorted(seeds))}" for label, seeds in runs.items()))
+    return "\n".join(lines)

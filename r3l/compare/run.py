@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from r3l.compare.budget import arms_under_budget, check_budget, merged_budget, reference_cost
-from r3l.compare.notes import code_note, overlap_counts, overlap_line, settings_note
+from r3l.compare.notes import code_note, machine_note, overlap_counts, overlap_line, settings_note
 from r3l.compare.plan import Budget, Plan, make_arms, plan_runs, read_plan, run_all, write_plan
 from r3l.compare.plot import plot
 from r3l.compare.summary import METRICS, RunResult, read_run
@@ -181,7 +181,7 @@ def run_compare(
         extra = plan_runs(under, plan.seeds, out)
         failed += run(extra)
         results += read(extra)
-    notes = [overlap_note(first), settings_note(results), code_note(results)]
+    notes = [overlap_note(first), settings_note(results), code_note(results), machine_note(results)]
     if plan.budget is not None and plan.budget.target is not None:
         notes.insert(0, budget_note(plan.budget))
     markdown, csv = tables(results, notes)

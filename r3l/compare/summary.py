@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from r3l.compare.plan import RunSpec
-from r3l.provenance import sessions, trained_tasks
+from r3l.provenance import machine_label, sessions, trained_tasks
 
 # The columns of an evaluation: the first try; where the run tried twice (eval.attempts=2), R3's second try after
 # a reflection and its control, the second try after the verdict alone. A failure's second try replaces its first.
@@ -72,6 +72,7 @@ class RunResult:
     curve: list[CurvePoint] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)  # the resolved config, flattened to dotted keys
     code: list[str] = field(default_factory=list)  # source hashes of the code each session ran
+    machines: list[str] = field(default_factory=list)  # the machine each session ran on (provenance.machine_label)
     stopped_by_budget: bool = False
     draws: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # step -> the training tasks it drew
 
@@ -181,7 +182,9 @@ def read_run(spec: RunSpec, metric: str = "success", format_rule: FormatRule | N
     config = folder / "config.yaml"
     if config.exists():
         result.settings = flatten(yaml.safe_load(config.read_text()) or {})
-    result.code = list(dict.fromkeys(s["source_hash"] for s in sessions(folder) if s.get("source_hash")))
+    recorded = sessions(folder)
+    result.code = list(dict.fromkeys(s["source_hash"] for s in recorded if s.get("source_hash")))
+    result.machines = list(dict.fromkeys(machine_label(s["machine"]) for s in recorded if s.get("machine")))
     result.draws = trained_tasks(folder)
     return result
 
