@@ -5,7 +5,8 @@
                                                         setting)
 
 For each setting, on its first N held-out tasks, once greedy and once sampled (the config's temperature, a fixed
-seed), before any training:
+seed), before any training (every failed first try's replies, reflections, reports and second tries go to
+OUT_DIR/<setting>/replies_<mode>.jsonl, to read what a column's numbers come from):
 
 - 1st try: one episode per task (R3L's base episode);
 - R3: each failed first try gets one reflection and a second try (R3's evaluation; single-turn settings only);
@@ -185,6 +186,11 @@ def game_of(task) -> str:
     return str(task.data.get("game", task.id))
 
 
+def replies_of(episode, start: int = 0) -> list[str]:
+    """The model's replies in an episode, from step `start` (a retry's own steps, after the prefix it replays)."""
+    return [step.completion.text for step in episode.steps[start:]]
+
+
 def count_replies(column: Column, env, steps, single_turn: bool) -> None:
     for step in steps:
         column.replies += 1
@@ -203,7 +209,9 @@ class Bench:
         self.policy, self.tokenizer = load_model(first_config)
         self.generator = make_generator(first_config, self.policy, self.tokenizer)
 
-    def measure(self, config, n: int, mode: str, seed: int = 1234) -> dict[str, Any]:
+    def measure(self, config, n: int, mode: str, seed: int = 1234) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The setting's row for one mode, and one record per failed first try of what each column's second try
+        said."""
         from r3l.agent.episodes import trainable
         from r3l.build import agent_limits, env_factory, sampling_params
         from r3l.envs import SingleTurnEnv, env_class
@@ -238,6 +246,7 @@ class Bench:
             columns["first"].seconds = time.perf_counter() - started
             runs = [group[0] for group in groups]
             failed = [run for run in runs if not run.episode.success]
+            replies = {id(run): {"task": run.task.id, "first": replies_of(run.episode)} for run in failed}
             for run in runs:
                 columns["first"].successes += run.episode.success
                 count_replies(columns["first"], probe, run.episode.steps, single_turn)
@@ -256,6 +265,7 @@ class Bench:
                     probe,
                     reflect_and_retry,
                     as_attempt,
+                    [replies[id(run)] for run in failed],
                 )
             started = time.perf_counter()
             strategy._reflect([run for run in failed if trainable(run.episode)], seed + 1)
@@ -263,6 +273,8 @@ class Bench:
                 run.reflection is not None and run.reflection.report is not None for run in failed
             )
             columns["r3l"].extra["reports_asking_retry"] = sum(run.wants_retry for run in failed)
+            for run in failed:
+                replies[id(run)]["r3l_report"] = run.reflection.completion.text if run.reflection else None
             reflect_seconds = time.perf_counter() - started
             for name, guided in (("r3l", True), ("r3l_no_guidance", False)):
                 for run in runs:
@@ -281,6 +293,13 @@ class Bench:
                         pivots.append(retry.start.pivot)
                         count_replies(column, probe, retry.episode.steps[retry.episode.prefix_steps :], single_turn)
                     recovered = retry is not None and retry.episode.success and not run.episode.success
+                    if retry is not None and id(run) in replies:
+                        replies[id(run)][name] = {
+                            "pivot": retry.start.pivot,
+                            "guidance": retry.start.guidance,
+                            "replies": replies_of(retry.episode, retry.episode.prefix_steps),
+                            "success": bool(retry.episode.success),
+                        }
                     column.successes += run.episode.success or recovered
                     column.recovered += recovered
                 column.extra["pivot_mean"] = sum(pivots) / len(pivots) if pivots else None
@@ -300,7 +319,7 @@ class Bench:
             "single_turn": single_turn,
             "temperature": params.temperature,
             **result,
-        }
+        }, list(replies.values())
 
     def _r3_columns(
         self,
@@ -314,6 +333,7 @@ class Bench:
         probe,
         reflect_and_retry,
         as_attempt,
+        records,
     ):
         from r3l.reflection.retry import retry_after_verdict
 
@@ -336,13 +356,16 @@ class Bench:
             for c in retry_after_verdict(attempts, make_env, self.generator, prompts, params, limits)
         ]
         columns["verdict"].seconds = time.perf_counter() - started
+        for group, record in zip(retries, records):
+            record["r3_reflection"] = group[0].reflection.text
         for name, outcomes in (
             ("r3", [(group[0].second, group[0].verdict) for group in retries]),
             ("verdict", control),
         ):
             column = columns[name]
             column.successes = columns["first"].successes
-            for second, verdict in outcomes:
+            for (second, verdict), record in zip(outcomes, records):
+                record[name] = {"replies": [second.text], "success": bool(verdict.success)}
                 column.tried += 1
                 column.replies += 1
                 column.missing += bool(format_missing(probe, second.text))
@@ -474,8 +497,10 @@ def main(argv: list[str] | None = None) -> None:
             if bench is None:
                 bench = Bench(args.model, config)
             for mode in missing:
-                row["modes"][mode] = bench.measure(config, args.tasks, mode, args.seed)
+                row["modes"][mode], replies = bench.measure(config, args.tasks, mode, args.seed)
                 file.write_text(json.dumps(row, indent=1))
+                dump = file.parent / f"replies_{mode}.jsonl"
+                dump.write_text("".join(json.dumps(record) + "\n" for record in replies))
         except UserError as error:
             row["error"] = str(error)
             file.write_text(json.dumps(row, indent=1))

@@ -57,6 +57,17 @@ def test_every_column_is_measured_written_per_setting_and_read_back(tmp_path):
         for name in ("first", "r3", "verdict", "r3l", "r3l_no_guidance"):
             assert result[name]["format_missing"] == 1.0 and result[name]["success"] == 0.0
         assert result["r3"]["tried"] == result["verdict"]["tried"] == 3
+    # what each column's second tries said, one record per failed first try
+    dump = [json.loads(line) for line in (tmp_path / "gsm_boxed" / "replies_sampled.jsonl").read_text().splitlines()]
+    assert len(dump) == 3 - gsm["modes"]["sampled"]["first"]["successes"]
+    for record in dump:
+        assert record["first"] and record["r3_reflection"] and record["r3l_report"]
+        assert record["r3"]["replies"] and record["verdict"]["replies"] and not record["r3"]["success"]
+        assert record["r3l"]["guidance"] and record["r3l_no_guidance"]["guidance"] is None
+        assert record["r3l"]["pivot"] == record["r3l_no_guidance"]["pivot"] and record["r3l"]["replies"]
+    lake_dump = (tmp_path / "frozenlake_4x4_not_slippery" / "replies_greedy.jsonl").read_text().splitlines()
+    assert len(lake_dump) == 3 - lake["modes"]["greedy"]["first"]["successes"]
+    assert all("r3" not in json.loads(line) and json.loads(line)["r3l"]["replies"] for line in lake_dump)
     table = (tmp_path / "candidates.md").read_text()
     assert table.count("| FrozenLake 4x4, not slippery |") == 2 and "| — | — |" in table
     assert len(json.loads((tmp_path / "candidates.json").read_text())) == 2
