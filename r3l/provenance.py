@@ -85,6 +85,25 @@ def _package_version(name: str) -> str | None:
         return None
 
 
+def gpu_names() -> list[str]:
+    """The GPUs' names, without initialising CUDA in a process that has not yet (one that forks GPU workers later
+    must not have): from torch where CUDA is up, else from nvidia-smi, else "CUDA device" per device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    if torch.cuda.is_initialized():
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    try:
+        listed = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
+        names = [line.strip() for line in listed.stdout.splitlines() if line.strip()] if listed.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError):
+        names = []
+    return names or ["CUDA device"] * torch.cuda.device_count()
+
+
 @cache
 def machine() -> dict[str, Any]:
     """The machine running now, as far as it changes timings and sampled numbers: processor, cores, GPUs, and
@@ -95,8 +114,7 @@ def machine() -> dict[str, Any]:
         cpu = cpu_name(Path("/proc/cpuinfo").read_text())
     except OSError:
         cpu = ""
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    gpus = [torch.cuda.get_device_name(i) for i in range(count)]
+    gpus = gpu_names()
     return {
         "cpu": cpu or platform.processor() or platform.machine(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

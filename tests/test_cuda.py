@@ -1,9 +1,12 @@
 """CUDA checks (skipped without a GPU): the learner's bf16 forward/backward stays finite and the shared-prefix
-path equals the plain one. `bash scripts/gpu_check.sh` runs them with the default job on CUDA."""
+path equals the plain one; recording the machine starts no CUDA. `bash scripts/gpu_check.sh` runs them with the
+default job on CUDA."""
 
 import copy
 import math
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -149,3 +152,15 @@ def test_the_learner_waits_for_the_gpu_per_pass_not_per_micro_batch(cuda_tiny):
     print(sites)
     assert len(sites[2]) == len(sites[8]), sites
     assert len(sites[8]) <= 3, sites
+
+
+def test_naming_the_gpus_starts_no_cuda_in_a_process_that_had_none():
+    """A trainer that forks GPU workers after recording its session must not have initialised CUDA by it."""
+    probe = (
+        "import torch; from r3l.provenance import machine; m = machine(); "
+        "print(len(m['gpus']), torch.cuda.is_initialized())"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, initialised = done.stdout.split()
+    assert int(count) >= 1 and initialised == "False"

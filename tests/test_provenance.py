@@ -34,4 +34,4 @@ def test_this_machine_is_recorded_with_the_libraries_that_compute():
 
     here = machine()
     assert here["cpu"] and here["cores"] >= 1 and here["torch"] == torch.__version__
-    assert here["gpus"] == ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+    assert len(here["gpus"]) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
