@@ -76,7 +76,8 @@ def cpu_name(cpuinfo: str) -> str:
     return f"{name} ({', '.join(numbers)})" if name and numbers else name
 
 
-def _package_version(name: str) -> str | None:
+def package_version(name: str) -> str | None:
+    """An installed distribution's version; None where it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -120,7 +121,7 @@ def machine() -> dict[str, Any]:
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "gpus": gpus,
         "torch": torch.__version__,
-        "transformers": _package_version("transformers"),
+        "transformers": package_version("transformers"),
     }
 
 

@@ -186,9 +186,9 @@ def game_of(task) -> str:
     return str(task.data.get("game", task.id))
 
 
-def replies_of(episode, start: int = 0) -> list[str]:
-    """The model's replies in an episode, from step `start` (a retry's own steps, after the prefix it replays)."""
-    return [step.completion.text for step in episode.steps[start:]]
+def replies_of(steps) -> list[str]:
+    """The model's replies in these steps (a retry's own: after the prefix it replays)."""
+    return [step.completion.text for step in steps]
 
 
 def count_replies(column: Column, env, steps, single_turn: bool) -> None:
@@ -246,7 +246,7 @@ class Bench:
             columns["first"].seconds = time.perf_counter() - started
             runs = [group[0] for group in groups]
             failed = [run for run in runs if not run.episode.success]
-            replies = {id(run): {"task": run.task.id, "first": replies_of(run.episode)} for run in failed}
+            replies = {id(run): {"task": run.task.id, "first": replies_of(run.episode.steps)} for run in failed}
             for run in runs:
                 columns["first"].successes += run.episode.success
                 count_replies(columns["first"], probe, run.episode.steps, single_turn)
@@ -289,17 +289,18 @@ class Bench:
                 for run in runs:
                     retry = run.retries[0] if run.retries else None
                     if retry is not None:
+                        own_steps = retry.episode.steps[retry.episode.prefix_steps :]
                         column.tried += 1
                         pivots.append(retry.start.pivot)
-                        count_replies(column, probe, retry.episode.steps[retry.episode.prefix_steps :], single_turn)
+                        count_replies(column, probe, own_steps, single_turn)
+                        if id(run) in replies:
+                            replies[id(run)][name] = {
+                                "pivot": retry.start.pivot,
+                                "guidance": retry.start.guidance,
+                                "replies": replies_of(own_steps),
+                                "success": bool(retry.episode.success),
+                            }
                     recovered = retry is not None and retry.episode.success and not run.episode.success
-                    if retry is not None and id(run) in replies:
-                        replies[id(run)][name] = {
-                            "pivot": retry.start.pivot,
-                            "guidance": retry.start.guidance,
-                            "replies": replies_of(retry.episode, retry.episode.prefix_steps),
-                            "success": bool(retry.episode.success),
-                        }
                     column.successes += run.episode.success or recovered
                     column.recovered += recovered
                 column.extra["pivot_mean"] = sum(pivots) / len(pivots) if pivots else None

@@ -25,6 +25,7 @@ from r3l.grading.answer import extract_answer, where_answers_go
 from r3l.grading.safe_math import ExpressionError, evaluate
 from r3l.grading.verifiers import verify_math
 from r3l.models.gguf import cache_root
+from r3l.provenance import package_version
 
 SPLITS = ("train", "test")
 ANSWER_FORMATS = ("tags", "boxed", "either")  # r3l/grading/answer.py; 'any' (a last number counts) is not offered here
@@ -382,12 +383,7 @@ def reasoning_gym_seed(seed: int) -> int:
 
 
 def reasoning_gym_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("reasoning-gym")
-    except PackageNotFoundError:
-        return "none"
+    return package_version("reasoning-gym") or "none"
 
 
 def create_reasoning_gym_dataset(env_name: str, dataset_name: str, seed: int, size: int, config: dict[str, Any]):
