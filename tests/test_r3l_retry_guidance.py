@@ -29,9 +29,14 @@ ARGS = [
 ]
 
 
-def retries_and_bases(tmp_path, guidance: bool):
+def retries_and_bases(tmp_path, guidance: bool, *more: str):
     result = run_cli(
-        "rollout", *ARGS, f"algorithm.strategy_args.retry_guidance={str(guidance).lower()}", cwd=tmp_path, timeout=600
+        "rollout",
+        *ARGS,
+        f"algorithm.strategy_args.retry_guidance={str(guidance).lower()}",
+        *more,
+        cwd=tmp_path,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     dump = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
@@ -54,3 +59,17 @@ def test_without_guidance_a_retry_restarts_from_the_same_pivot_with_nothing_adde
         assert guidance.strip() not in text
         shared = without["turn_spans"][without["pivot"]][0]  # all before the first turn written after the pivot
         assert without["tokens"][:shared] == base["tokens"][:shared]
+
+
+def test_guidance_as_a_system_message_reaches_the_retry_from_the_command_line(tmp_path):
+    tokenizer = load_policy("tiny-random")[1]
+    retries = retries_and_bases(tmp_path, True, "algorithm.strategy_args.guidance_role=system")
+    assert retries
+    for retry, _ in retries:
+        text = tokenizer.decode(retry["tokens"])
+        guidance = retry["meta"]["guidance"].strip()
+        assert text.count(guidance) == 1
+        if retry["pivot"] > 0:
+            assert f"<|im_start|>system\n{guidance}<|im_end|>\n<|im_start|>user\n" in text
+        else:
+            assert f"\n\n{guidance}<|im_end|>\n<|im_start|>user\n" in text  # the system prompt's end

@@ -2,8 +2,9 @@
 
 Every episode is a token-exact conversation (`TokenConversation`): assistant turns are the sampled ids,
 observations are tokenised once when appended. An episode may start fresh (reset) or from another
-episode's pivot (replay the first `pivot` actions, optionally with guidance put before the observation
-at the pivot); then a `distilled` conversation gets the same turns without the guidance (context distillation).
+episode's pivot (replay the first `pivot` actions, optionally with guidance at the pivot: before the
+observation in its user turn, or as a system message of its own, appended to the system prompt at step 0);
+then a `distilled` conversation gets the same turns without the guidance (context distillation).
 
 Episodes end when the environment says done, or early, each reason counted in `termination`:
 a reply with no action (format_error), an action the environment does not accept (inadmissible), the same
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from r3l.agent.actions import parse_reply
 from r3l.agent.env_guard import EnvFailure, guarded_call
@@ -52,6 +53,7 @@ TERMINATIONS = (
     "replay_mismatch",
     "env_error",
 )
+GuidanceRole = Literal["user", "system"]
 EARLY_STOPS = ("format_error", "inadmissible", "repeated_action")
 
 
@@ -118,13 +120,14 @@ class Trajectory:
 
 @dataclass(frozen=True)
 class EpisodeStart:
-    """A fresh episode (`base` None), or a retry of `base` from step `pivot` with `guidance` before the
-    observation there (None: no guidance)."""
+    """A fresh episode (`base` None), or a retry of `base` from step `pivot` with `guidance` there (None: no
+    guidance), in the role `guidance_role` (see `guided_turns`)."""
 
     task: Task
     base: Trajectory | None = None
     pivot: int = 0
     guidance: str | None = None
+    guidance_role: GuidanceRole = "user"
 
 
 def trainable(trajectory: Trajectory) -> bool:
@@ -134,6 +137,27 @@ def trainable(trajectory: Trajectory) -> bool:
 
 def with_guidance(guidance: str | None, observation: str) -> str:
     return f"{guidance.strip()}\n\n{observation}" if guidance else observation
+
+
+def guided_turns(observation: str, guidance: str | None, role: GuidanceRole) -> list[dict[str, str]]:
+    """The messages a retry adds at a pivot after step 0: the observation, with the guidance before it in the
+    same user turn (`user`) or in a system message of its own before that turn (`system`, the R3L code's way)."""
+    if guidance and role == "system":
+        return [{"role": "system", "content": guidance.strip()}, {"role": "user", "content": observation}]
+    return [{"role": "user", "content": with_guidance(guidance, observation)}]
+
+
+def guided_opening(messages: list[dict[str, str]], guidance: str | None, role: GuidanceRole) -> list[dict[str, str]]:
+    """A retry from step 0: the episode's opening `messages` (system prompt, examples, the observation last) with
+    the guidance before the observation (`user`) or ending the system prompt (`system`; a system message of its
+    own where there is none)."""
+    if not guidance:
+        return messages
+    if role == "user":
+        return [*messages[:-1], {"role": "user", "content": with_guidance(guidance, messages[-1]["content"])}]
+    if messages[0]["role"] == "system":
+        return [{"role": "system", "content": f"{messages[0]['content']}\n\n{guidance.strip()}"}, *messages[1:]]
+    return [{"role": "system", "content": guidance.strip()}, *messages]
 
 
 def _normalised(action: str) -> str:
@@ -214,14 +238,13 @@ class EpisodeRunner:
             conversation = TokenConversation.start(self.tokenizer, messages, tools=tools)
             return Trajectory(start.task, conversation, observation=observation)
         base, pivot = start.base, start.pivot
-        guided_text = with_guidance(start.guidance, observation)
         if pivot == 0:
-            guided = TokenConversation.start(
-                self.tokenizer, self.prompt_format.messages(guided_text, env.system_prompt), tools=tools
-            )
+            opening = self.prompt_format.messages(observation, env.system_prompt)
+            guided_messages = guided_opening(opening, start.guidance, start.guidance_role)
+            guided = TokenConversation.start(self.tokenizer, guided_messages, tools=tools)
         else:
             guided = base.conversation.after_turn(pivot - 1)
-            guided.add_user(guided_text)
+            guided.add_turns(guided_turns(observation, start.guidance, start.guidance_role))
         trajectory = Trajectory(
             start.task,
             guided,

@@ -4,7 +4,8 @@ with its base (pivotal credit), and train reflection + guided retry as SFT when 
 
 Switches (algorithm.strategy_args): `reflect_retry` (off: every episode is a base episode),
 `retry_from` pivot | scratch (Reflect-GRPO), `retry_guidance` (off: the retry restarts from the same pivot
-without the guidance text, a control for "is it the words or the restart?"), `pivotal_credit`, `distill_guidance`,
+without the guidance text, a control for "is it the words or the restart?"), `guidance_role` user | system,
+`pivotal_credit`, `distill_guidance`,
 `aux_sft`, `improvement`, `retries_per_base`, `train_success_reflections`. Positive amplification is the advantage
 function (`positive_amplified`) and the SFT loss is `algorithm.sft_loss`, both chosen in the preset.
 """
@@ -38,6 +39,7 @@ from r3l.reflection.guidance import (
 )
 from r3l.reflection.report import REPORT_PARSERS, Report, ReportError, ReportStats, needs_retry, outcome_agreement
 from r3l.reflection.report_schema import fitting_field_chars, report_constraint
+from r3l.rollout.chat import renders_later_system_messages
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion
 
@@ -50,6 +52,12 @@ class R3LSettings(StrategySettings):
         True,
         description="put the report's guidance before the observation at the pivot (off: the same retry from the "
         "same pivot without any guidance text, a control)",
+    )
+    guidance_role: Literal["user", "system"] = Field(
+        "user",
+        description="where the guidance goes: user = before the observation in the pivot's user turn; system = a "
+        "system message of its own before that turn, appended to the system prompt at step 0 (the R3L code's way; "
+        "needs a chat template that writes a later system message)",
     )
     pivotal_credit: bool = Field(True, description="mask the prefix a retry shares with its base, in both")
     distill_guidance: bool = Field(True, description="store the retry without the guidance text")
@@ -166,6 +174,11 @@ class R3LStrategy(Strategy):
         self.reflect_template = load_reflect_template(self.settings.reflect_prompt)
         self.guidance_template = load_guidance_template(self.settings.guidance_prompt)
         self.improved = IMPROVEMENT_RULES.get(self.settings.improvement)
+        if self.settings.guidance_role == "system" and not renders_later_system_messages(context.tokenizer):
+            raise UserError(
+                "algorithm.strategy_args.guidance_role=system: this model's chat template drops or refuses a system "
+                "message after the first turn, so the guidance would not reach the model; use guidance_role=user"
+            )
 
     # --- one training step ----------------------------------------------------------------------
     def explore(self, tasks: Sequence[Task], step: int):
@@ -294,6 +307,7 @@ class R3LStrategy(Strategy):
                     run.episode,
                     report.retry_from_step if from_pivot else 0,
                     build_guidance(report, self.guidance_template) if s.retry_guidance else None,
+                    s.guidance_role,
                 )
             )
         starts += [EpisodeStart(first.task) for first, _ in fills]

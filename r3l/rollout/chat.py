@@ -87,6 +87,27 @@ def template_takes_tools(tokenizer) -> bool:
     return _TEMPLATE_TOOLS[template]
 
 
+def renders_later_system_messages(tokenizer) -> bool:
+    """Whether the chat template writes a system message that comes after the first turn (some drop it, some
+    refuse it); without a template every message is written."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or not template:
+        return True
+    probe = "r3l-later-system-probe"
+    messages = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "system", "content": probe},
+        {"role": "user", "content": "c"},
+    ]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a template that refuses the message raises whatever its code raises
+        return False
+    return probe in text
+
+
 def render(
     tokenizer, messages: list[dict[str, str]], tools: Tools | None = None, generation_prompt: bool = True
 ) -> str:

@@ -122,8 +122,13 @@ class TokenConversation:
 
     def add_user(self, content: str) -> None:
         """Append a user turn and the next assistant header, tokenised once and never trained."""
+        self.add_turns([{"role": "user", "content": content}])
+
+    def add_turns(self, messages: list[dict[str, str]]) -> None:
+        """Append non-assistant `messages` (a system message before a user turn, say) and the next assistant
+        header, tokenised once and never trained."""
         before = self._render(self.messages, generation_prompt=False)
-        self.messages.append({"role": "user", "content": content})
+        self.messages += [dict(message) for message in messages]
         after = self._render(self.messages, generation_prompt=True)
         if not after.startswith(before):
             raise ValueError("the chat template does not render conversations prefix-stably")
