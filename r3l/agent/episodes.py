@@ -53,8 +53,8 @@ TERMINATIONS = (
     "replay_mismatch",
     "env_error",
 )
-GuidanceRole = Literal["user", "system"]
 EARLY_STOPS = ("format_error", "inadmissible", "repeated_action")
+GuidanceRole = Literal["user", "system"]  # where a retry's guidance goes: see guided_turns, guided_opening
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import Field
 
 from r3l.agent.credit import pivotal_mask, turns_only
-from r3l.agent.episodes import EpisodeStart, Trajectory, termination_metrics, trainable
+from r3l.agent.episodes import EpisodeStart, GuidanceRole, Trajectory, termination_metrics, trainable
 from r3l.agent.improvement import IMPROVEMENT_RULES, retry_improved
 from r3l.agent.records import conversation_experience, episode_metrics, trajectory_experience
 from r3l.agent.retry_plan import choose_retries, split_budget
@@ -53,7 +53,7 @@ class R3LSettings(StrategySettings):
         description="put the report's guidance before the observation at the pivot (off: the same retry from the "
         "same pivot without any guidance text, a control)",
     )
-    guidance_role: Literal["user", "system"] = Field(
+    guidance_role: GuidanceRole = Field(
         "user",
         description="where the guidance goes: user = before the observation in the pivot's user turn; system = a "
         "system message of its own before that turn, appended to the system prompt at step 0 (the R3L code's way; "
