@@ -64,12 +64,10 @@ def test_without_guidance_a_retry_restarts_from_the_same_pivot_with_nothing_adde
 def test_guidance_as_a_system_message_reaches_the_retry_from_the_command_line(tmp_path):
     tokenizer = load_policy("tiny-random")[1]
     retries = retries_and_bases(tmp_path, True, "algorithm.strategy_args.guidance_role=system")
-    assert retries
-    for retry, _ in retries:
+    later = [retry for retry, _ in retries if retry["pivot"] > 0]
+    assert later  # run.seed=3 reports pivots after step 0 (step 0 is tests/test_guidance_role.py's)
+    for retry in later:
         text = tokenizer.decode(retry["tokens"])
         guidance = retry["meta"]["guidance"].strip()
-        assert text.count(guidance) == 1
-        if retry["pivot"] > 0:
-            assert f"<|im_start|>system\n{guidance}<|im_end|>\n<|im_start|>user\n" in text
-        else:
-            assert f"\n\n{guidance}<|im_end|>\n<|im_start|>user\n" in text  # the system prompt's end
+        assert retry["meta"]["guidance_role"] == "system" and text.count(guidance) == 1
+        assert f"<|im_start|>system\n{guidance}<|im_end|>\n<|im_start|>user\n" in text

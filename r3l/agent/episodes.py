@@ -39,7 +39,7 @@ from r3l.envs.base import chat_tools
 from r3l.envs.reply_grammar import ReplyFormat
 from r3l.errors import UserError
 from r3l.logging.progress import console
-from r3l.rollout.chat import PromptFormat
+from r3l.rollout.chat import PromptFormat, template_default_system
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion, Generator, SamplingParams
 
@@ -147,17 +147,21 @@ def guided_turns(observation: str, guidance: str | None, role: GuidanceRole) -> 
     return [{"role": "user", "content": with_guidance(guidance, observation)}]
 
 
-def guided_opening(messages: list[dict[str, str]], guidance: str | None, role: GuidanceRole) -> list[dict[str, str]]:
+def guided_opening(
+    messages: list[dict[str, str]], guidance: str | None, role: GuidanceRole, default_system: str | None = None
+) -> list[dict[str, str]]:
     """A retry from step 0: the episode's opening `messages` (system prompt, examples, the observation last) with
-    the guidance before the observation (`user`) or ending the system prompt (`system`; a system message of its
-    own where there is none)."""
+    the guidance before the observation (`user`) or ending the system prompt (`system`): the episode's own, else
+    the one the chat template writes when none is given (`default_system`, see `template_default_system`), else a
+    system message of the guidance alone."""
     if not guidance:
         return messages
     if role == "user":
         return [*messages[:-1], {"role": "user", "content": with_guidance(guidance, messages[-1]["content"])}]
     if messages[0]["role"] == "system":
         return [{"role": "system", "content": f"{messages[0]['content']}\n\n{guidance.strip()}"}, *messages[1:]]
-    return [{"role": "system", "content": guidance.strip()}, *messages]
+    system = f"{default_system}\n\n{guidance.strip()}" if default_system else guidance.strip()
+    return [{"role": "system", "content": system}, *messages]
 
 
 def _normalised(action: str) -> str:
@@ -240,7 +244,12 @@ class EpisodeRunner:
         base, pivot = start.base, start.pivot
         if pivot == 0:
             opening = self.prompt_format.messages(observation, env.system_prompt)
-            guided_messages = guided_opening(opening, start.guidance, start.guidance_role)
+            default_system = (
+                template_default_system(self.tokenizer, tools)
+                if start.guidance and start.guidance_role == "system" and opening[0]["role"] != "system"
+                else None
+            )
+            guided_messages = guided_opening(opening, start.guidance, start.guidance_role, default_system)
             guided = TokenConversation.start(self.tokenizer, guided_messages, tools=tools)
         else:
             guided = base.conversation.after_turn(pivot - 1)

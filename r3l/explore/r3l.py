@@ -174,10 +174,13 @@ class R3LStrategy(Strategy):
         self.reflect_template = load_reflect_template(self.settings.reflect_prompt)
         self.guidance_template = load_guidance_template(self.settings.guidance_prompt)
         self.improved = IMPROVEMENT_RULES.get(self.settings.improvement)
-        if self.settings.guidance_role == "system" and not renders_later_system_messages(context.tokenizer):
+        s = self.settings
+        guided = s.reflect_retry and s.retry_guidance
+        if guided and s.guidance_role == "system" and not renders_later_system_messages(context.tokenizer):
             raise UserError(
-                "algorithm.strategy_args.guidance_role=system: this model's chat template drops or refuses a system "
-                "message after the first turn, so the guidance would not reach the model; use guidance_role=user"
+                "algorithm.strategy_args.guidance_role=system: this model's chat template drops, refuses or moves a "
+                "system message after the first turn, so the guidance would not stand at the pivot; use "
+                "guidance_role=user"
             )
 
     # --- one training step ----------------------------------------------------------------------
@@ -386,6 +389,7 @@ class R3LStrategy(Strategy):
             conversation,
             run=run.run,
             guidance=start.guidance,
+            guidance_role=start.guidance_role if start.guidance else None,
             retry_from=s.retry_from,
             improved=retry.improved,
             base_reward=run.episode.reward,

@@ -88,24 +88,39 @@ def template_takes_tools(tokenizer) -> bool:
 
 
 def renders_later_system_messages(tokenizer) -> bool:
-    """Whether the chat template writes a system message that comes after the first turn (some drop it, some
-    refuse it); without a template every message is written."""
+    """Whether the chat template writes a system message that comes after the first turn where it stands, after
+    the turns before it (some templates drop it, some refuse it, some move every system message to the top);
+    without a template every message is written in order."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str) or not template:
         return True
     probe = "r3l-later-system-probe"
-    messages = [
+    earlier = [
         {"role": "system", "content": "rules"},
         {"role": "user", "content": "a"},
         {"role": "assistant", "content": "b"},
-        {"role": "system", "content": probe},
-        {"role": "user", "content": "c"},
     ]
+    messages = [*earlier, {"role": "system", "content": probe}, {"role": "user", "content": "c"}]
     try:
+        before = tokenizer.apply_chat_template(earlier, tokenize=False, add_generation_prompt=False)
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception:  # noqa: BLE001 - a template that refuses the message raises whatever its code raises
         return False
-    return probe in text
+    return text.startswith(before) and probe in text[len(before) :]
+
+
+def template_default_system(tokenizer, tools: Tools | None = None) -> str | None:
+    """The system prompt the chat template writes when a conversation brings none (Qwen2.5's "You are Qwen ...",
+    SmolLM2's "You are a helpful AI assistant named SmolLM ..."), or None where it writes none: read by rendering one
+    user turn with and without a system message and taking what stands where the system message's text would."""
+    probe = "r3l-system-probe"
+    user = {"role": "user", "content": "r3l-user-probe"}
+    alone = render(tokenizer, [user], tools)
+    framed = render(tokenizer, [{"role": "system", "content": probe}, user], tools)
+    head, _, tail = framed.partition(probe)
+    if not tail or not alone.startswith(head) or not alone.endswith(tail) or len(alone) <= len(head) + len(tail):
+        return None
+    return alone[len(head) : len(alone) - len(tail)]
 
 
 def render(
