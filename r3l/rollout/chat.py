@@ -90,10 +90,7 @@ def template_takes_tools(tokenizer) -> bool:
 def renders_later_system_messages(tokenizer) -> bool:
     """Whether the chat template writes a system message that comes after the first turn where it stands, after
     the turns before it (some templates drop it, some refuse it, some move every system message to the top);
-    without a template every message is written in order."""
-    template = getattr(tokenizer, "chat_template", None)
-    if not isinstance(template, str) or not template:
-        return True
+    without a template every message is written in order (`render`)."""
     probe = "r3l-later-system-probe"
     earlier = [
         {"role": "system", "content": "rules"},
@@ -102,8 +99,8 @@ def renders_later_system_messages(tokenizer) -> bool:
     ]
     messages = [*earlier, {"role": "system", "content": probe}, {"role": "user", "content": "c"}]
     try:
-        before = tokenizer.apply_chat_template(earlier, tokenize=False, add_generation_prompt=False)
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        before = render(tokenizer, earlier, generation_prompt=False)
+        text = render(tokenizer, messages)
     except Exception:  # noqa: BLE001 - a template that refuses the message raises whatever its code raises
         return False
     return text.startswith(before) and probe in text[len(before) :]
