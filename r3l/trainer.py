@@ -40,6 +40,7 @@ from r3l.learner.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
+from r3l.learner.lora_merge import base_checksum
 from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning
 from r3l.learner.weights import load_weights, merged_state_dict, saved_adapter
 from r3l.logging import MetricsLogger, TrainProgress, console
@@ -139,6 +140,7 @@ class Trainer:
         self.task_builds = state.get("task_builds", 0)
         self.sampler = self._make_sampler()
         self.model, ref_model = trainable_policy(config, self.parts.model)
+        self.lora_base = base_checksum(self.model) if is_lora(self.model) else None  # watched after every sync
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
 
@@ -173,6 +175,14 @@ class Trainer:
             allowed_code_change=self.allow_code_change and resume,
         )
         self.relative_step = self._check_step_size()
+        if config.model.dtype == "bfloat16" and not config.model.lora.enabled:
+            console.print(
+                "bf16 master weights (model.dtype=bfloat16): AdamW rounds each update stochastically to bf16, so "
+                "updates below bf16's resolution still move the weights on average; model.dtype=float32 keeps fp32 "
+                "master weights",
+                soft_wrap=True,
+                highlight=False,
+            )
         self.layout = layout(config, self.placement)  # said once everything is up, so bad input stays one line
         for line in layout_lines(self.layout):  # a CPU-only torch on a GPU machine shows here, not by its speed
             console.print(line, soft_wrap=True, markup=False, highlight=False)
@@ -248,6 +258,21 @@ class Trainer:
                 generator.sync_weights(weights)
             if workers is not None:
                 workers.sync_weights(weights)
+
+    def _lora_base_guard(self) -> dict[str, float]:
+        """`lora/base_changed`: 1 when a LoRA policy's frozen base weights no longer match their checksum at the
+        start (a merge into them that did not come out bit for bit); said once in a warning."""
+        if self.lora_base is None:
+            return {}
+        changed = base_checksum(self.model) != self.lora_base
+        if changed and not self.history.get("lora_base_warned"):
+            self.history["lora_base_warned"] = True
+            console.print(
+                f"[yellow]warning: the LoRA policy's frozen base weights changed by step {self.step + 1}: the "
+                "adapters-off KL reference and the merged weights the generator gets have drifted with them[/]",
+                soft_wrap=True,
+            )
+        return {"lora/base_changed": float(changed)}
 
     def close(self) -> None:
         """Stop the rollout workers, the other learner ranks and the environments."""
@@ -325,6 +350,7 @@ class Trainer:
         metrics.update(self.learner.update(experiences, behaviour_logprobs=lag > 0))
         failpoint("update_done")
         self._sync_generators()
+        metrics.update(self._lora_base_guard())
         learn_seconds = time.perf_counter() - learn_started
         metrics.update(
             {

@@ -215,6 +215,8 @@ def test_lora_and_gradient_checkpointing_train_and_save_loadable_models(tmp_path
     assert (latest / "adapter" / "adapter_model.safetensors").exists()
     merged = load_file(str(latest / "model" / "model.safetensors"))
     assert not any("lora_" in name for name in merged)  # the saved model is plain, ready for `r3l eval`
+    lora_metrics = json.loads((tmp_path / "lora" / "metrics.jsonl").read_text().splitlines()[0])
+    assert lora_metrics["lora/base_changed"] == 0.0  # the guard ran after the step's sync, and the base held
 
     checkpointed = run_cli("train", *common, "run.name=gc", "model.gradient_checkpointing=true", cwd=tmp_path)
     assert checkpointed.returncode == 0, checkpointed.stderr

@@ -49,28 +49,11 @@ def is_lora(model) -> bool:
 @torch.no_grad()
 def merged_on_host(model) -> dict[str, torch.Tensor]:
     """The weights `merge_and_unload` would give a LoRA policy, on the host: each adapted layer's base weight plus
-    its adapters' delta, out of place, so neither a second model on the device nor a merge into the policy's own
-    (frozen) weights, which an unmerge would not restore bit for bit."""
-    from peft.tuners.lora import LoraLayer
+    its adapters' delta, out of place (MergedLora), so neither a second model on the device nor a write into the
+    policy's own frozen weights."""
+    from r3l.learner.lora_merge import MergedLora
 
-    base = model.get_base_model()
-    deltas: dict[str, torch.Tensor] = {}
-    for name, module in base.named_modules():
-        layer: Any = module  # a LoraLayer's subclasses (Linear, Embedding, ...) compute their delta
-        if isinstance(module, LoraLayer) and not module.merged:
-            for adapter in module.active_adapters:
-                if adapter in module.lora_A:
-                    delta = layer.get_delta_weight(adapter)
-                    key = f"{name}.weight"
-                    deltas[key] = deltas[key] + delta if key in deltas else delta
-    merged = {}
-    for name, tensor in base.state_dict().items():
-        if "lora_" in name:
-            continue
-        plain = name.replace(".base_layer", "")
-        value = tensor + deltas[plain].to(tensor.dtype) if plain in deltas else tensor
-        merged[plain] = value.detach().to("cpu", copy=True)
-    return merged
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in MergedLora(model).items()}
 
 
 STATE_FILE = "state.pt"  # written last: a checkpoint folder with it is complete

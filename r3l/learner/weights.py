@@ -10,24 +10,14 @@ import torch
 
 from r3l.errors import UserError
 from r3l.learner.checkpoint import is_lora, unreadable
+from r3l.learner.lora_merge import MergedLora
 
 
 @contextmanager
 def merged_state_dict(model) -> Iterator[Mapping[str, torch.Tensor]]:
-    """The weights a plain (non-LoRA) copy of the policy would have; valid inside the `with` block."""
-    if not is_lora(model):
-        yield model.state_dict()
-        return
-    model.merge_adapter()
-    try:
-        state = {
-            name.replace(".base_layer", ""): tensor
-            for name, tensor in model.get_base_model().state_dict().items()
-            if "lora_" not in name
-        }
-        yield state
-    finally:
-        model.unmerge_adapter()
+    """The weights a plain (non-LoRA) copy of the policy would have; valid inside the `with` block. A LoRA policy's
+    adapted weights are merged out of place as they are read (MergedLora), never into its frozen base."""
+    yield MergedLora(model) if is_lora(model) else model.state_dict()
 
 
 @contextmanager
