@@ -95,7 +95,26 @@ def load_model(config: Config):
 
     quiet_libraries()
     model, tokenizer = load_policy(config.model.name, DTYPES[config.model.dtype])
+    check_reply_budget(config, tokenizer)
     return model.to(resolve_device(config.model.device)), tokenizer
+
+
+def check_reply_budget(config: Config, tokenizer) -> None:
+    """Refuse a reply budget (sampling.max_new_tokens, eval.max_new_tokens) shorter than the environment's shortest
+    valid reply in this model's tokens: every reply would be cut off before its action, a format error."""
+    shortest = env_class(config.env.name).shortest_reply
+    if shortest is None:
+        return
+    needed = len(tokenizer.encode(shortest, add_special_tokens=False))
+    for key, budget in (
+        ("sampling.max_new_tokens", config.sampling.max_new_tokens),
+        ("eval.max_new_tokens", config.eval.max_new_tokens),
+    ):
+        if budget is not None and budget < needed:
+            raise UserError(
+                f"{key}={budget} cannot hold {config.env.name}'s shortest valid reply {shortest!r} ({needed} tokens "
+                f"for this model); raise it (r3l config env={config.env.name} shows the environment's own length)"
+            )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -241,10 +260,10 @@ def rollout_context(config: Config, make_env: Callable[[], Env], generator: Gene
 
 
 def held_out_tasks(config: Config, env: Env) -> list[Task]:
-    """The first `eval.size` tasks of the environment's test split; a size above the split is said in one line
-    (the whole split is then used), never cut silently."""
+    """The first `eval.size` tasks of the environment's test split (None: all of them); a size above the split is
+    said in one line (the whole split is then used), never cut silently."""
     tasks = list(env.tasks("test"))
-    if config.eval.size > len(tasks):
+    if config.eval.size is not None and config.eval.size > len(tasks):
         console.print(
             f"[yellow]warning: eval.size={config.eval.size} asks for more held-out tasks than environment "
             f"'{config.env.name}' has in its test split ({len(tasks)}); evaluating on all {len(tasks)} (set "

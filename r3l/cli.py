@@ -54,10 +54,14 @@ def split_args(args: list[str] | None) -> tuple[str | None, list[str]]:
 
 def load(args: list[str] | None, extra: Sequence[str] = (), first: Sequence[str] = ()):
     """CONFIG with `first` (option shorthands), then the key=value overrides, then `extra` applied."""
-    from r3l.config import load_config
+    from r3l.config import env_preset_note, load_config
 
     path, overrides = split_args(args)
-    return checked(load_config(path, [*first, *overrides, *extra]))
+    config = checked(load_config(path, [*first, *overrides, *extra]))
+    note = env_preset_note(path, [*first, *overrides, *extra])
+    if note:
+        typer.echo(note, err=True)
+    return config
 
 
 def each_values(each: str | None) -> tuple[str | None, list[str | None]]:

@@ -294,7 +294,9 @@ class TrainConfig(Section):
 
 
 class EvalConfig(Section):
-    size: int = Field(100, ge=0, description="held-out tasks; 0 skips evaluation")
+    size: int | None = Field(
+        100, ge=0, description="held-out tasks, the first of the test split; 0 skips evaluation; null: the whole split"
+    )
     every: int = Field(0, ge=0, description="steps between evaluations; 0 = before and after training only")
     temperature: float = Field(0.0, ge=0)
     max_new_tokens: int | None = None
@@ -481,6 +483,9 @@ def apply_override(tree: dict[str, Any], path: list[str], value: Any) -> None:
             raise UserError(f"cannot set {'.'.join(path)}: '{part}' is a value, not a section")
         node[part] = child
         node = child
+    same_name = isinstance(value, str) and _name_shorthand(node.get(path[0]) or {}).get("name") == value
+    if len(path) == 1 and path[0] in SECTIONS_WITH_SHORTHAND and same_name:
+        return  # `env=arithmetic` on a config that already plays arithmetic keeps its settings
     node[path[-1]] = value  # `env=countdown` picks countdown with its own defaults; `env.name=...` keeps the rest
 
 
@@ -582,10 +587,24 @@ def model_preset(name: Any) -> dict[str, Any]:
     return _preset_file("models", name)
 
 
-def env_preset(name: Any) -> dict[str, Any]:
+def env_preset(name: Any, model: Any = None) -> dict[str, Any]:
     """Settings an environment needs besides the shared defaults (r3l/presets/envs/NAME.yaml), or {}: a reply
-    long enough for its answers (the default job's 24 tokens cut a tool call or a worked solution short)."""
-    return _preset_file("envs", name)
+    long enough for its format, its held-out split, and under `models: {MODEL: ...}` what it needs with one model
+    (the embedded 135M model plays text games only with structured replies)."""
+    preset = _preset_file("envs", name)
+    per_model = preset.pop("models", None) or {}
+    return merge_trees(preset, per_model.get(model, {}) if isinstance(model, str) else {})
+
+
+def flat_settings(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A tree's leaves by their dotted keys (`sampling.max_new_tokens`), in the tree's order."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _preset_file(kind: str, name: Any) -> dict[str, Any]:
@@ -600,30 +619,66 @@ def chosen_model(tree: dict[str, Any]) -> Any:
 
 
 def chosen_env(tree: dict[str, Any]) -> Any:
-    return _name_shorthand(tree.get("env") or {}).get("name")
+    """The environment's registered name (`gym` for `env=gym:FrozenLake-v1`), or None where the tree names none."""
+    name = _name_shorthand(tree.get("env") or {}).get("name")
+    return name.partition(":")[0] if isinstance(name, str) else name
 
 
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Validate CONFIG (default: the `default` preset) with dotted overrides applied in order. The chosen
-    environment's preset (r3l/presets/envs/) and then a built-in model's (r3l/presets/models/) lie over the
-    shipped presets but under a config file of the user's (with the files it `extends:`): `r3l train model=ALIAS`
-    gets the model's learning rate, `env=function_calling` replies long enough for a call, a file or an override
-    that sets either keeps its own."""
+    """Validate CONFIG (default: the `default` preset) with dotted overrides applied in order (see `config_tree`)."""
+    tree = config_tree(path, overrides)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as error:
+        raise UserError(format_validation_error(error)) from None
+
+
+def config_tree(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """CONFIG's tree with the presets of its model and environment, and the overrides, in place. A built-in model's
+    preset (r3l/presets/models/) lies under a config file of the user's and over the shipped presets; so does the
+    chosen environment's (r3l/presets/envs/), except that an environment chosen on the command line over a file
+    made for another one lies over that file too, since the file's reply length and held-out size were set for the
+    other environment. The overrides always win: `r3l train model=ALIAS` gets the model's learning rate,
+    `env=textworld_express` replies long enough for an action, `env=... sampling.max_new_tokens=N` keeps N."""
     file = resolve_config_path(path or DEFAULT_PRESET)
     written = read_config_file(file)
     tree = merge_trees({}, written)
     for override in overrides:
         apply_override(tree, *parse_override(override))
-    preset = merge_trees(env_preset(chosen_env(tree)), model_preset(chosen_model(tree)))
-    if preset:
-        shipped = file.resolve().parent == PRESET_DIR.resolve()
-        tree = merge_trees(written, preset) if shipped else merge_trees(preset, written)
-        for override in overrides:
-            apply_override(tree, *parse_override(override))
-    try:
-        return Config.model_validate(tree)
-    except ValidationError as error:
-        raise UserError(format_validation_error(error)) from None
+    model, environment = chosen_model(tree), chosen_env(tree)
+    model_settings, env_settings = model_preset(model), env_preset(environment, model)
+    if not (model_settings or env_settings):
+        return tree
+    shipped = file.resolve().parent == PRESET_DIR.resolve()
+    if shipped:
+        tree = merge_trees(merge_trees(written, env_settings), model_settings)
+    elif environment != chosen_env(written):
+        tree = merge_trees(merge_trees(model_settings, written), env_settings)
+    else:
+        tree = merge_trees(merge_trees(env_settings, model_settings), written)
+    for override in overrides:
+        apply_override(tree, *parse_override(override))
+    return tree
+
+
+def yaml_value(value: Any) -> str:
+    """A value as YAML writes it in flow style (true, null, [a, b])."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def env_preset_note(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> str | None:
+    """One line naming the settings the chosen environment brought, where it was chosen on the command line over a
+    config made for another one (None otherwise, or where it brings none)."""
+    tree = merge_trees({}, read_config_file(resolve_config_path(path or DEFAULT_PRESET)))
+    written_env = chosen_env(tree)
+    for override in overrides:
+        apply_override(tree, *parse_override(override))
+    environment = chosen_env(tree)
+    settings = flat_settings(env_preset(environment, chosen_model(tree)))
+    if environment == written_env or not settings:
+        return None
+    shown = ", ".join(f"{key}={yaml_value(value)}" for key, value in settings.items())
+    return f"env {environment} brings its own settings: {shown} (a key=value given after it wins)"
 
 
 def dump_config(config: Config) -> str:

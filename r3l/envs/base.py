@@ -63,6 +63,9 @@ class Env(ABC):
     system_prompt: str | None = None
     # what `near_duplicate_key` counts as one problem, in the words of the comparison's overlap line
     near_duplicate_rule: ClassVar[str] = "the same prompt with case and spacing ignored"
+    # the shortest reply that plays or answers at all (None: any reply is one): a reply budget that cannot hold it
+    # is refused before a run starts, since every reply would be a format error
+    shortest_reply: ClassVar[str | None] = "<action>look</action>"
 
     @abstractmethod
     def tasks(self, split: str) -> Sequence[Task]:
@@ -112,6 +115,7 @@ class SingleTurnEnv(Env):
     """An environment whose episode is one prompt and one reply judged by `verify`."""
 
     action_format = "whole_reply"
+    shortest_reply = None
     retry_from_pivot = False
     light = True
 

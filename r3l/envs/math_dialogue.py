@@ -72,6 +72,7 @@ class MathDialogueEnv(Env):
     name = "math"
     description = "Up to max_attempts answers to a single-turn task (default gsm), told after each wrong one why."
     action_format = "whole_reply"
+    shortest_reply = None
     retry_from_pivot = False
     steps_are_a_cost = False
     light = True
