@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
@@ -152,9 +153,12 @@ def trainable_policy(config: Config, model):
     if config.algorithm.kl_coef > 0:
         ref_model = AdaptersOff() if config.model.lora.enabled else copy.deepcopy(model).eval().requires_grad_(False)
     if config.model.lora.enabled:
-        model = apply_lora(model, config.model.lora)
+        with warnings.catch_warnings():  # PEFT asks transformers 5 for a renamed attribute (a FutureWarning)
+            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+            model = apply_lora(model, config.model.lora)
     if config.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers 5's name
+        (enable or model.gradient_checkpointing_enable)()
     return model, ref_model
 
 

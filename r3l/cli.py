@@ -237,6 +237,11 @@ def rollout(
     parts = build_parts(config)
     pool = parts.strategy.training_tasks(parts.make_env().tasks("train"), run_dir=None, limit=tasks)
     batch = TaskSampler(pool, seed=config.run.seed).next_batch(tasks)
+    typer.echo(
+        f"exploring {len(batch)} task(s) of {config.env.name} with {config.algorithm.name} "
+        f"({config.sampling.group_size} episodes each)",
+        err=True,
+    )
     experiences, metrics = parts.strategy.explore(batch, step=0)
     assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
     if show:
@@ -334,7 +339,9 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory written by 
     from r3l.logging.plots import render_report
 
     if not run_dir.is_dir():
-        raise UserError(f"{run_dir} is not a directory; pass a run directory written by `r3l train`")
+        raise UserError(
+            f"{run_dir} is not a directory; pass a run directory written by `r3l train` or `r3l bench --out DIR`"
+        )
     for path in render_report(run_dir):
         typer.echo(str(path))
     watch = hack_watch_line(run_dir)

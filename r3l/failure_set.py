@@ -7,12 +7,14 @@ kept. One JSON line per tried query, so an interrupted build resumes where it st
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from r3l.agent.episodes import AgentLimits
 from r3l.envs import Env, Task
+from r3l.logging.heartbeat import say
 from r3l.reflection.retry import first_attempts
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Completion, Generator, SamplingParams
@@ -98,8 +100,10 @@ def build_failure_set(
     target: int | None = None,
     path: Path | None = None,
     limits: AgentLimits = AgentLimits(),
+    report: Callable[[str], None] = say,
 ) -> FailureSet:
-    """Try queries in order until `max_queries` are tried or `target` failures are kept."""
+    """Try queries in order until `max_queries` are tried or `target` failures are kept, with a line to `report`
+    after each batch of queries."""
     result = FailureSet()
     done: set[int] = set()
     if path is not None and path.exists():
@@ -111,6 +115,7 @@ def build_failure_set(
     limit = len(tasks) if max_queries is None else min(max_queries, len(tasks))
     todo = [i for i in range(limit) if i not in done]
     seed = params.seed or 0
+    started = time.perf_counter()
     for start in range(0, len(todo), queries_per_batch):
         if target is not None and len(result.tasks) >= target:
             break
@@ -155,4 +160,8 @@ def build_failure_set(
         if path is not None:
             with open(path, "a", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(record) + "\n" for record in records)
+        report(
+            f"failure set: {start + len(batch)} of {len(todo)} queries tried, {len(result.tasks)} failures kept "
+            f"({time.perf_counter() - started:.0f} s)"
+        )
     return result

@@ -117,6 +117,7 @@ def test_failure_set_counts_and_resumes(tiny, tmp_path):
     generator = ScriptedGenerator(model, tokenizer, first_success_rate=0.7)
     params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=5)
     path = tmp_path / "failures.jsonl"
+    lines: list[str] = []
     build = lambda max_queries: build_failure_set(  # noqa: E731
         env.tasks("train"),
         make_env,
@@ -129,9 +130,11 @@ def test_failure_set_counts_and_resumes(tiny, tmp_path):
         queries_per_batch=3,
         max_queries=max_queries,
         path=path,
+        report=lines.append,
     )
     partial = build(6)
     assert partial.tried == 6 == partial.solved + len(partial.tasks)
+    assert lines[0].startswith("failure set: 3 of 6 queries tried, ") and lines[1].startswith("failure set: 6 of 6")
     full = build(12)  # resumes: the first six come from the file
     assert full.tried == 12 == full.solved + len(full.tasks)
     assert len(path.read_text().splitlines()) == 12

@@ -37,6 +37,13 @@ def resolve_local_path(name: str) -> Path | None:
 HUB_ID = re.compile(r"\w[\w.-]*/[\w.-]+")  # owner/name, as the hub spells repository ids
 
 
+def looks_local(name: str) -> bool:
+    """Whether a name that names no existing path was meant as one: it starts like a path (/, ./, ../, ~) or its
+    folder exists here (`runs/nope` with a `runs` folder), where a hub id's owner would not."""
+    path = Path(name).expanduser()
+    return name.startswith(("/", "./", "../", "~")) or (path.parent != Path(".") and path.parent.is_dir())
+
+
 def check_model_name(name: str) -> Path | None:
     """Refuse in one line a model name that names nothing (without importing torch, so that a typo is refused
     at once): an alias, random:SHAPE (the shape checked), a model or run directory, or an owner/name hub id.
@@ -47,6 +54,8 @@ def check_model_name(name: str) -> Path | None:
         random_shape.shape_settings(name[len(random_shape.PREFIX) :])
         return None
     local = resolve_local_path(name)
+    if local is None and looks_local(name):
+        raise UserError(f"model folder '{name}' does not exist; pass a saved model or a run directory (or a hub id)")
     if local is None and not HUB_ID.fullmatch(name):
         raise UserError(
             f"unknown model '{name}': not an alias ({', '.join(ALIASES.names())}), random:SHAPE, a local directory "
