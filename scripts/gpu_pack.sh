@@ -7,6 +7,8 @@
 #   carry .gpu/a: bash .gpu/a/stash.sh        (first GGUF half, the hub client's wheels)
 #   carry .gpu/b: bash .gpu/b/stash.sh        (second GGUF half)
 #   carry .gpu/c: source .gpu/c/unpack.sh && bash scripts/gpu_check.sh
+# (or, in the third call, only issue 51's check, ~3 minutes on one H100: its random-weight models still take their
+# tokenizer from the embedded GGUF:  source .gpu/c/unpack.sh && python3 scripts/gpu_precision_check.py)
 # vLLM (~400 MB of wheels) and Ray (~70 MB) do not fit, and the lent machine reaches no registry: there,
 # gpu_check.sh checks what it can without them and names what it left out.
 set -eu

@@ -59,3 +59,20 @@ exit $failed
         if len(cell) > 2
     }
     assert rows["hangs"] == "failed (rc 124)" and rows["quick"] == "passed (rc 0)"
+
+
+def test_the_gpu_check_runs_the_precision_check_as_one_part_within_six_minutes():
+    text = (PARTS.parent / "gpu_check.sh").read_text()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("PART_TIMEOUT=") and " part " in line)
+    assert int(lines[at].split("=")[1].split()[0]) <= 360
+    assert lines[at].endswith("\\") and lines[at + 1].strip() == "$PY scripts/gpu_precision_check.py"
+    assert "sed -n '/^| part /,$p' \"$OUT\"/gpu_precision_check_py_*.log" in text  # its table in the output
+
+
+def test_weights_over_nccl_never_put_two_workers_on_the_one_gpu_the_learner_leaves():
+    """Two GPUs: the learner takes one, and two workers on the other would be two ranks of one NCCL communicator
+    on one device, which NCCL refuses; the check runs one worker there."""
+    text = (PARTS.parent / "gpu_check.sh").read_text()
+    two_gpus = text.split('elif [ "$GPUS" -eq 2 ]')[1].split("\n  else")[0]
+    assert "distributed.rollout_workers=1" in two_gpus and "weight_sync=broadcast" in two_gpus
