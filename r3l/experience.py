@@ -19,6 +19,31 @@ OBJECTIVES = ("policy", "sft", "shaped")
 GROUP_OBJECTIVES = ("policy", "shaped")  # the objectives whose advantage comes from the group's rewards
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Tokens [start, end) of an experience that were sampled as one kind of text (a reflection inside an R3
+    retry, say) at one temperature (0: greedily, scored untempered). Tokens outside every segment were sampled
+    as the experience's own kind at the run's sampling temperature."""
+
+    start: int
+    end: int
+    kind: str
+    temperature: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown segment kind {self.kind!r}")
+        if not 0 <= self.start <= self.end:
+            raise ValueError(f"segment [{self.start}, {self.end}) is not a span")
+        if self.temperature < 0:
+            raise ValueError(f"segment temperature {self.temperature} is negative")
+
+    @property
+    def scoring_temperature(self) -> float:
+        """The temperature the sampler's log-probs of these tokens are at: a greedy choice is scored untempered."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+
 @dataclass
 class Experience:
     group: str
@@ -36,6 +61,9 @@ class Experience:
     # positions sampled under a constraint: (position of the masks' first token, the tokens each allowed); the
     # learner scores those tokens under the same masks. Kept in memory, not written to rollout files.
     allowed: list[tuple[int, TokenMasks]] = field(default_factory=list, repr=False)
+    # spans sampled as another kind or at another temperature than the rest (see Segment); the learner scores
+    # each token at the temperature it was sampled at, and logs its log-prob gap under the segment's kind
+    segments: list[Segment] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -47,6 +75,14 @@ class Experience:
             raise ValueError(
                 f"tokens ({n}), loss_mask ({len(self.loss_mask)}) and logprobs ({len(self.logprobs)}) must align"
             )
+        if any(segment.end > n for segment in self.segments):
+            raise ValueError(f"a segment reaches past the experience's {n} tokens")
+
+    def segments_after(self, cut: int) -> list[Segment]:
+        """The segments from token `cut` on, renumbered from `cut` (an experience's suffix)."""
+        return [
+            Segment(max(s.start - cut, 0), s.end - cut, s.kind, s.temperature) for s in self.segments if s.end > cut
+        ]
 
     @property
     def num_trained_tokens(self) -> int:
@@ -74,6 +110,7 @@ class Experience:
     def from_dict(cls, record: dict[str, Any]) -> Experience:
         record = dict(record)
         record["turn_spans"] = [tuple(span) for span in record.get("turn_spans", [])]
+        record["segments"] = [Segment(**segment) for segment in record.get("segments", [])]  # none in old files
         record.pop("constrained_tokens", None)
         return cls(**record)
 

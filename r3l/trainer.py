@@ -14,6 +14,7 @@ import torch
 
 from r3l.algorithms import KL_ESTIMATORS, POLICY_LOSSES, assign_advantages
 from r3l.algorithms.advantages import checked_advantages
+from r3l.algorithms.rollout_correction import logprob_gap_warning
 from r3l.build import (
     autocast_bf16,
     build_parts,
@@ -42,6 +43,7 @@ from r3l.learner.checkpoint import (
 )
 from r3l.learner.lora_merge import base_checksum
 from r3l.learner.step_size import median_weight_rms, relative_step, step_size_warning
+from r3l.learner.update_size import update_size_warning
 from r3l.learner.weights import load_weights, merged_state_dict, saved_adapter
 from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import headroom_warning, map_large_blocks, memory_limit_mib, memory_metrics, release_free_memory
@@ -141,6 +143,7 @@ class Trainer:
         self.sampler = self._make_sampler()
         self.model, ref_model = trainable_policy(config, self.parts.model)
         self.lora_base = base_checksum(self.model) if is_lora(self.model) else None  # watched after every sync
+        self.tripped_guards: set[str] = set()
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
 
@@ -259,6 +262,17 @@ class Trainer:
             if workers is not None:
                 workers.sync_weights(weights)
 
+    def _warn_on_guards(self, metrics: dict[str, float]) -> None:
+        """One line at the step a guard starts to trip (an update that changed almost nothing, a log-prob gap
+        between the learner and the sampler on one kind of token), again only after it has cleared."""
+        for guard, warning in (
+            ("update_size", update_size_warning(metrics)),
+            ("logprob_gap", logprob_gap_warning(metrics)),
+        ):
+            if warning and guard not in self.tripped_guards:
+                console.print(f"[yellow]warning: step {self.step + 1}: {warning}[/]", soft_wrap=True)
+            (self.tripped_guards.add if warning else self.tripped_guards.discard)(guard)
+
     def _lora_base_guard(self) -> dict[str, float]:
         """`lora/base_changed`: 1 when a LoRA policy's frozen base weights no longer match their checksum at the
         start (a merge into them that did not come out bit for bit); said once in a warning."""
@@ -348,6 +362,7 @@ class Trainer:
         learn_started = time.perf_counter()
         self.parts.generator.release_memory()
         metrics.update(self.learner.update(experiences, behaviour_logprobs=lag > 0))
+        self._warn_on_guards(metrics)
         failpoint("update_done")
         self._sync_generators()
         metrics.update(self._lora_base_guard())

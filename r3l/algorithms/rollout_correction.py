@@ -12,6 +12,8 @@ advantage, so that is the same as weighting the token's loss. When mu = pi_old e
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import torch
 
 from r3l.registry import Registry
@@ -65,12 +67,37 @@ def mismatch_sums(
         }
 
 
+def gap_sums_by_kind(
+    learner_logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    token_kinds: torch.Tensor,
+    kinds: Sequence[str],
+) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per kind (`token_kinds` holds indices into `kinds`): (tokens, sum of |log pi - log mu|, its maximum) over
+    the masked tokens of that kind, 0-dim tensors on the inputs' device (masked, not selected, as above)."""
+    with torch.no_grad():
+        gap = (learner_logprobs.float() - behaviour_logprobs.float()).abs()
+        sums = {}
+        for code, kind in enumerate(kinds):
+            chosen = (mask > 0) & (token_kinds == code)
+            masked = torch.where(chosen, gap, 0.0)
+            peak = masked.max() if masked.numel() else masked.new_zeros(())
+            sums[kind] = (chosen.float().sum(), masked.sum(), peak)
+        return sums
+
+
 def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:
     """Pops the learner's ``mismatch:*`` sums and turns them into per-token metrics: the behaviour-vs-learner
-    gap (mean), the KL(mu || pi) estimate, the share of tokens whose ratio left the band and, with a correction
-    on, the mean weight and the share of tokens it dropped."""
+    gap (mean; per kind of token from ``mismatch:<kind>/tokens`` and ``mismatch:<kind>/gap``), the KL(mu || pi)
+    estimate, the share of tokens whose ratio left the band and, with a correction on, the mean weight and the
+    share of tokens it dropped."""
     found = {key.split(":", 1)[1]: sums.pop(key) for key in [k for k in sums if k.startswith("mismatch:")]}
     metrics = {}
+    for key in sorted(k for k in found if k.endswith("/tokens")):
+        kind = key[: -len("/tokens")]
+        if found[key] > 0:
+            metrics[f"generator_logprob_gap/{kind}"] = found.get(f"{kind}/gap", 0.0) / found[key]
     tokens = found.get("tokens", 0.0)
     if tokens > 0:
         metrics.update(
@@ -89,3 +116,26 @@ def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:
             }
         )
     return metrics
+
+
+GAP_WARNING = 0.1  # nats: a kind's mean gap above it is warned about (see logprob_gap_warning)
+GAP_WARNING_RATIO = 10.0  # ... and so is one this many times another kind's, once it is above GAP_WARNING_FLOOR
+GAP_WARNING_FLOOR = 0.01
+
+
+def logprob_gap_warning(metrics: Mapping[str, float]) -> str | None:
+    """One line when a kind of token's learner-vs-sampler log-prob gap (``generator_logprob_gap/<kind>``) is above
+    GAP_WARNING, or above GAP_WARNING_FLOOR and GAP_WARNING_RATIO times another kind's: its tokens were scored
+    at another temperature or by other weights than they were sampled with. None otherwise."""
+    prefix = "generator_logprob_gap/"
+    gaps = {key[len(prefix) :]: value for key, value in metrics.items() if key.startswith(prefix)}
+    for kind, gap in sorted(gaps.items(), key=lambda item: -item[1]):
+        lowest = min((other for name, other in gaps.items() if name != kind), default=None)
+        far_above = lowest is not None and gap > GAP_WARNING_FLOOR and gap > GAP_WARNING_RATIO * lowest
+        if gap > GAP_WARNING or far_above:
+            others = ", ".join(f"{name} {value:.3g}" for name, value in sorted(gaps.items()) if name != kind)
+            return (
+                f"the learner scores {kind} tokens {gap:.3g} nats (mean) away from the log-probs they were sampled "
+                f"with{f' (other tokens: {others})' if others else ''}: a temperature or weight-sync mismatch"
+            )
+    return None

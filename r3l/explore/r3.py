@@ -37,7 +37,8 @@ class R3Settings(StrategySettings):
 
 
 def retry_experience(retry: Retry, group: str) -> Experience:
-    return conversation_experience(
+    """The reflection (and second attempt) trained, each scored at the temperature it was sampled at."""
+    experience = conversation_experience(
         retry.conversation,
         group,
         "reflection",
@@ -52,6 +53,8 @@ def retry_experience(retry: Retry, group: str) -> Experience:
         reflection_span=list(retry.reflection_span),
         second_attempt_span=list(retry.second_span),
     )
+    experience.segments = retry.segments
+    return experience
 
 
 @STRATEGIES.register("r3")

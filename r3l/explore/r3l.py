@@ -27,7 +27,7 @@ from r3l.agent.records import conversation_experience, episode_metrics, trajecto
 from r3l.agent.retry_plan import choose_retries, split_budget
 from r3l.envs import Task
 from r3l.errors import UserError
-from r3l.experience import Experience
+from r3l.experience import Experience, Segment
 from r3l.explore import STRATEGIES, Strategy, StrategySettings
 from r3l.explore.clock import PhaseClock
 from r3l.reflection.guidance import (
@@ -116,6 +116,7 @@ class Reflection:
     prompt: TokenConversation
     completion: Completion
     result: Report | ReportError
+    temperature: float = 1.0  # what the completion was sampled at (the learner scores it there)
 
     @property
     def report(self) -> Report | None:
@@ -283,7 +284,7 @@ class R3LStrategy(Strategy):
                 )
             except ReportError as error:
                 result = error
-            run.reflection = Reflection(prompt, completion, result)
+            run.reflection = Reflection(prompt, completion, result, params.temperature)
 
     def _retry(
         self, groups: Sequence[Sequence[BaseRun]], n_retry: int, seed: int | None
@@ -406,8 +407,8 @@ class R3LStrategy(Strategy):
         reflection = run.reflection
         assert reflection is not None  # a run with an improving retry, or a perfect report, was reflected on
         conversation = reflection.prompt.copy()
-        conversation.add_assistant(reflection.completion, trained=True)
-        return conversation_experience(
+        span = conversation.add_assistant(reflection.completion, trained=True)
+        experience = conversation_experience(
             conversation,
             run.group,
             "sft",
@@ -420,6 +421,8 @@ class R3LStrategy(Strategy):
             sft_of=of,
             improved=of == "reflection",
         )
+        experience.segments = [Segment(*span, "reflection", reflection.temperature)]
+        return experience
 
     def _guided_sft(self, run: BaseRun, retry: Retry) -> Experience:
         conversation = retry.episode.conversation

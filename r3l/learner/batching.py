@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from r3l.experience import Experience
+from r3l.experience import KINDS, Experience
 from r3l.rollout.constraints import TokenMasks, stack_masks
 
 
@@ -51,10 +51,12 @@ def micro_batches(
     return [[order[i] for i in batch] for batch in split]
 
 
-def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.Tensor]:
+def collate(experiences: Sequence[Experience], pad_id: int, temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Right-padded inputs plus per-target tensors shifted by one: position t scores token t+1.
 
-    `loss_mask` (what is trained) is kept apart from `attention_mask` (what is real input).
+    `loss_mask` (what is trained) is kept apart from `attention_mask` (what is real input). `token_kinds` names
+    what each token was sampled as (an index into KINDS); `temperatures`, there only where a segment was sampled
+    at another temperature than `temperature` (the run's), the temperature each token's log-prob is at.
     """
     width = max(len(e.tokens) for e in experiences)
     rows = len(experiences)
@@ -64,6 +66,8 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
     gen_logprobs = torch.zeros((rows, width), dtype=torch.float32)
     advantages = torch.zeros((rows, width), dtype=torch.float32)
     in_context = torch.zeros((rows, width), dtype=torch.float32)
+    kinds = torch.zeros((rows, width), dtype=torch.long)
+    temperatures = torch.full((rows, width), temperature, dtype=torch.float32)
     for row, experience in enumerate(experiences):
         n = len(experience.tokens)
         input_ids[row, :n] = torch.tensor(experience.tokens, dtype=torch.long)
@@ -72,6 +76,10 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
         gen_logprobs[row, :n] = torch.tensor(experience.logprobs, dtype=torch.float32)
         advantages[row, :n] = experience.advantage
         in_context[row, :n] = float(experience.behaviour_in_context)
+        kinds[row, :n] = KINDS.index(experience.kind)
+        for segment in experience.segments:
+            kinds[row, segment.start : segment.end] = KINDS.index(segment.kind)
+            temperatures[row, segment.start : segment.end] = segment.scoring_temperature
     batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
@@ -80,7 +88,10 @@ def collate(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.T
         "gen_logprobs": gen_logprobs[:, 1:],
         "advantages": advantages[:, 1:],
         "behaviour_in_context": in_context[:, 1:],  # 1 where gen_logprobs were sampled in this very context
+        "token_kinds": kinds[:, 1:],
     }
+    if any(s.scoring_temperature != temperature for e in experiences for s in e.segments):
+        batch["temperatures"] = temperatures[:, 1:]
     if any(e.allowed for e in experiences):  # target column t scores token t + 1
         spans = [(row, start - 1, masks) for row, e in enumerate(experiences) for start, masks in e.allowed]
         batch["allowed_index"], batch["allowed_table"] = stack_masks(spans, (len(experiences), width - 1))
@@ -125,7 +136,9 @@ def prefix_micro_batches(
     return [[i for c in batch for i in chunks[order[c]]] for batch in split]
 
 
-def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dict[str, torch.Tensor]:
+def collate_shared_prefix(
+    experiences: Sequence[Experience], pad_id: int, temperature: float = 1.0
+) -> dict[str, torch.Tensor]:
     """Unique prefixes ([U, P]) plus per-experience suffixes ([N, S]), both right-padded.
 
     The suffix starts at the last shared-prefix-excluded token, so suffix position t scores suffix
@@ -160,11 +173,12 @@ def collate_shared_prefix(experiences: Sequence[Experience], pad_id: int) -> dic
             meta=e.meta,
             objective=e.objective,
             allowed=allowed_after(e.allowed, cut),
+            segments=e.segments_after(cut),
         )
         for e in experiences
         for cut in [shared_prefix_length(e)]
     ]
-    batch = collate(suffixes, pad_id)
+    batch = collate(suffixes, pad_id, temperature)
     index = torch.tensor(prefix_index, dtype=torch.long)
     lengths = prefix_mask.sum(-1)
     batch.update(

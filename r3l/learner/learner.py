@@ -12,10 +12,16 @@ from typing import Any
 import torch
 
 from r3l.algorithms import POLICY_LOSSES, aggregate, entropy_from_logits, kl_penalty, token_logprobs
-from r3l.algorithms.rollout_correction import ROLLOUT_CORRECTIONS, mismatch_metrics, mismatch_sums
+from r3l.algorithms.rollout_correction import (
+    ROLLOUT_CORRECTIONS,
+    gap_sums_by_kind,
+    mismatch_metrics,
+    mismatch_sums,
+)
+from r3l.algorithms.tempered import tempered_entropy, tempered_token_logprobs
 from r3l.config import AlgorithmConfig, LoraConfig, TrainConfig
 from r3l.errors import UserError
-from r3l.experience import Experience
+from r3l.experience import KINDS, Experience
 from r3l.learner.attention import attention_kernel, avoid_cudnn_attention
 from r3l.learner.batching import (
     collate,
@@ -28,8 +34,10 @@ from r3l.learner.batching import (
 )
 from r3l.learner.checkpoint import OPTIMIZER_FILE
 from r3l.learner.device_sums import Sums, host_floats, sums_on_host
+from r3l.learner.optimizer import build_optimizer
 from r3l.learner.ranks import OneProcess, Ranks, backward_adding_nothing
 from r3l.learner.schedule import make_scheduler
+from r3l.learner.update_size import WeightSample, update_metrics
 from r3l.models.cache import cache_of, with_cache
 from r3l.rollout.constraints import constrain_logits
 
@@ -153,9 +161,10 @@ class Learner:
             per_layer=per_layer_units(train.share_prefix, gradient_checkpointing),
         )
         trainable = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = build_optimizer(  # stochastic rounding where a trained weight is bf16
             trainable, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay, fused=self.fused_optimizer
         )
+        self.weight_sample = WeightSample(trainable)  # what each update changed (update/* metrics)
         avoid_cudnn_attention(self.device)
         self.scheduler = make_scheduler(self.optimizer, total_steps or train.steps, train.warmup_ratio, train.schedule)
 
@@ -215,7 +224,10 @@ class Learner:
         selected = trained_positions(batch)
         if "allowed_index" in batch:
             logits = constrain_logits(logits, batch["allowed_index"][selected], batch["allowed_table"])
-        values = token_logprobs(logits[None], batch["targets"][selected][None], self.temperature)[0]
+        if "temperatures" in batch:  # some tokens were sampled at another temperature than the run's
+            values = tempered_token_logprobs(logits, batch["targets"][selected], batch["temperatures"][selected])
+        else:
+            values = token_logprobs(logits[None], batch["targets"][selected][None], self.temperature)[0]
         full = torch.zeros(batch["loss_mask"].shape, dtype=values.dtype, device=values.device)
         full = full.index_put(selected, values)
         return full, logits
@@ -248,9 +260,9 @@ class Learner:
         """The micro-batch on the learner's device, with its trained positions and its forward work counted on
         the host first (read on the device, each would wait for it)."""
         if self._share_prefix(experiences):
-            batch = collate_shared_prefix(experiences, self.pad_id)
+            batch = collate_shared_prefix(experiences, self.pad_id, self.temperature)
         else:
-            batch = collate(experiences, self.pad_id)
+            batch = collate(experiences, self.pad_id, self.temperature)
         batch["trained_rows"], batch["trained_cols"] = (batch["loss_mask"] > 0).nonzero(as_tuple=True)
         work = forward_work(batch)
         pinned = self.device.type == "cuda"  # a copy from pinned memory is queued, not waited for
@@ -299,7 +311,10 @@ class Learner:
         plan = self._plan(trained, behaviour_logprobs)
         sums: Sums = defaultdict(float)
         self.model.train()
+        before = self.weight_sample.read()
         finite, passes = self._passes(plan, sums)
+        if finite:
+            sums.update({f"update:{key}": value for key, value in self.weight_sample.sums(before).items()})
         self.nonfinite_streak = 0 if finite else self.nonfinite_streak + 1
         self.nonfinite_updates += not finite
         if finite:
@@ -373,11 +388,19 @@ class Learner:
         """The update's metrics, summed over ranks (the grad norm is already global)."""
         sums = sums_on_host(device_sums)
         gap_max = self.ranks.max(sums.pop("max:generator_logprob_gap", 0.0))
+        kind_gap_max = {kind: self.ranks.max(sums.pop(f"max:generator_logprob_gap/{kind}", 0.0)) for kind in KINDS}
         grad_norm = sums.pop("grad_norm", 0.0)
         sums = defaultdict(float, self.ranks.sum(sums))
         metrics = {"nonfinite_update": float(not finite), "nonfinite_updates": float(self.nonfinite_updates)}
         metrics.update(mismatch_metrics(sums))
         metrics["generator_logprob_gap_max"] = gap_max
+        for kind, peak in kind_gap_max.items():
+            if f"generator_logprob_gap/{kind}" in metrics:
+                metrics[f"generator_logprob_gap_max/{kind}"] = peak
+        update_sums = {key.split(":", 1)[1]: sums.pop(key) for key in [k for k in sums if k.startswith("update:")]}
+        metrics.update(update_metrics(update_sums, self.optimizer.param_groups[0]["lr"]))
+        if "update/changed_share" in metrics:
+            metrics["update/low_precision"] = float(self.weight_sample.low_precision)
         for prefix in {part.prefix for part in plan.parts}:
             tokens = sums.pop(f"{prefix}tokens", 0.0)
             for key in [k for k in sums if k.startswith(f"{prefix}token:")]:
@@ -474,18 +497,31 @@ class Learner:
         count = mask.sum()
         sums[f"{prefix}tokens"] += count
         with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach()[None], temperature=self.temperature)[0]
+            if "temperatures" in batch:
+                entropy = tempered_entropy(logits.detach(), batch["temperatures"][trained_positions(batch)])
+            else:
+                entropy = entropy_from_logits(logits.detach()[None], temperature=self.temperature)[0]
             sums[f"{prefix}token:entropy"] += (entropy * mask[trained_positions(batch)]).sum()
             in_context = mask * batch["behaviour_in_context"]
             threshold = self.algorithm.rollout_correction_threshold
             for key, value in mismatch_sums(logprobs, batch["gen_logprobs"], in_context, threshold).items():
                 if key == "gap_max":
-                    known = sums.get("max:generator_logprob_gap")
-                    sums["max:generator_logprob_gap"] = value if known is None else torch.maximum(known, value)
+                    keep_max(sums, "max:generator_logprob_gap", value)
                 else:
                     sums[f"mismatch:{key}"] += value
+            by_kind = gap_sums_by_kind(logprobs, batch["gen_logprobs"], in_context, batch["token_kinds"], KINDS)
+            for kind, (tokens, gap, peak) in by_kind.items():
+                sums[f"mismatch:{kind}/tokens"] += tokens
+                sums[f"mismatch:{kind}/gap"] += gap
+                keep_max(sums, f"max:generator_logprob_gap/{kind}", peak)
             for key, value in loss_metrics.items():
                 sums[f"{prefix}token:{key}"] += value * count
+
+
+def keep_max(sums: Sums, key: str, value: torch.Tensor) -> None:
+    """sums[key] = the larger of it (where set) and `value`, kept on the device."""
+    known = sums.get(key)
+    sums[key] = value if known is None else torch.maximum(known, value)
 
 
 @dataclass

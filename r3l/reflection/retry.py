@@ -9,6 +9,7 @@ from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart, Traject
 from r3l.agent.prompt_copy import watched_copy
 from r3l.envs import Env, Task, Verdict, judge
 from r3l.envs.base import chat_tools
+from r3l.experience import Segment
 from r3l.reflection.prompts import ReflectionPrompts
 from r3l.rollout.chat import PromptFormat
 from r3l.rollout.conversation import TokenConversation
@@ -36,6 +37,16 @@ class Retry:
     second_span: tuple[int, int]
     verdict: Verdict
     copied_prompt: bool = False  # the second attempt's answer copies an expression of the prompt
+    reflection_temperature: float = 1.0  # what each was sampled at (the learner scores them there)
+    second_temperature: float = 1.0
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The reflection and the second attempt as what they were sampled as, at their temperatures."""
+        return [
+            Segment(*self.reflection_span, "reflection", self.reflection_temperature),
+            Segment(*self.second_span, "retry", self.second_temperature),
+        ]
 
 
 def start_conversation(task: Task, env: Env, tokenizer, prompt_format: PromptFormat) -> TokenConversation:
@@ -113,7 +124,18 @@ def reflect_and_retry(
     for (failure, conversation, reflection, span), (second, verdict, copied) in zip(pending, seconds):
         second_span = conversation.add_assistant(second, trained=train_second_attempt)
         results[position[id(failure)]].append(
-            Retry(failure, conversation, reflection, span, second, second_span, verdict, copied)
+            Retry(
+                failure,
+                conversation,
+                reflection,
+                span,
+                second,
+                second_span,
+                verdict,
+                copied,
+                reflection_temperature=reflect_params.temperature,
+                second_temperature=retry_params.temperature,
+            )
         )
     return results
 
