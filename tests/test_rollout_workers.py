@@ -300,7 +300,8 @@ def test_the_weight_stream_sends_a_version_and_the_weights_in_the_workers_dtype(
 def test_the_stream_is_on_gpus_only_where_every_end_is():
     from r3l.distributed.weight_stream import stream_device
 
-    assert stream_device("cuda:1", workers_on_gpus=True) == "cuda"  # NCCL
+    assert stream_device("cuda:1", workers_on_gpus=True) == "cuda:0"  # NCCL, on the worker's own GPU
+    assert stream_device("cuda:1", workers_on_gpus=True, shared_gpus=True) == "cpu"  # NCCL refuses a shared GPU
     assert stream_device("cuda:0", workers_on_gpus=False) == "cpu"  # CPU workers: gloo
     assert stream_device("cpu", workers_on_gpus=True) == "cpu"
 

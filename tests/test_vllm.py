@@ -356,6 +356,7 @@ def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embed
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     before = [row[0].tokens for row in engine.generate(prompts(tokenizer), params)]
     engine.sync_weights(changed.state_dict())
+    assert engine.stats["sync_disk_bytes"] == 0 < engine.stats["sync_bytes"]  # sent to its process, not via a file
     hf = HFGenerator(changed, tokenizer, dtype=torch.float32)
     expected = [row[0].tokens for row in hf.generate(prompts(tokenizer), params)]
     assert [row[0].tokens for row in engine.generate(prompts(tokenizer), params)] == expected != before

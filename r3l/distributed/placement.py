@@ -6,12 +6,12 @@ while the others wait, or a worker that lands on the learner's GPU."""
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from r3l.config import Config, GeneratorConfig
 from r3l.errors import UserError
+from r3l.rollout.visible_devices import physical_gpu_ids
 
 DEDICATED_GPU_SHARE = 0.9  # of a worker's GPU share, for its vLLM engine (nothing else runs there)
 
@@ -26,12 +26,18 @@ class Placement:
     workers: int = 0
     worker_gpus: float = 0.0
     ray_gpus: tuple[int, ...] | None = None
+    engine: str | None = None  # the training process's vLLM engine: beside rank 0, on its device
 
     @property
     def worker_device(self) -> str | None:
         if not self.workers:
             return None
         return "cuda" if self.worker_gpus else "cpu"
+
+    @property
+    def workers_may_share_a_gpu(self) -> bool:
+        """Whether Ray may put two GPU workers on one GPU (a fraction each): then no NCCL group holds them both."""
+        return self.workers > 1 and 0 < self.worker_gpus < 1
 
 
 def rank_devices(device: str, world: int, device_count: int) -> list[str]:
@@ -79,17 +85,34 @@ def plan_placement(
 ) -> Placement:
     """The whole plan; `device` is model.device resolved, `device_count` the GPUs torch sees."""
     learner = tuple(rank_devices(device, learner_ranks, device_count))
+    engine = engine_device(learner, generator)
     if not rollout_workers:
-        return Placement(learner)
+        return Placement(learner, engine=engine)
     if not worker_gpus:
         if generator == "vllm" and device_count:
             raise UserError(
                 "generator=vllm on rollout workers without GPUs: a CUDA build of vLLM cannot generate on the CPU; "
                 "set distributed.worker_gpus (1, or a fraction), or generator=hf for CPU workers"
             )
-        return Placement(learner, rollout_workers)
+        return Placement(learner, rollout_workers, engine=engine)
     pool = worker_gpu_pool(learner, rollout_workers, worker_gpus, device_count) if local_ray else None
-    return Placement(learner, rollout_workers, worker_gpus, pool)
+    return Placement(learner, rollout_workers, worker_gpus, pool, engine)
+
+
+def engine_device(learner: tuple[str, ...], generator: str) -> str | None:
+    """Where the training process's vLLM engine runs: on learner rank 0's device, in its colocated share (in a
+    process of its own beside several ranks, shown only that GPU). One rank's engine runs in this process, where
+    vLLM puts it on cuda:0 whatever the policy's GPU: a policy on another GPU is refused in one line."""
+    if generator != "vllm":
+        return None
+    first = learner[0]
+    if len(learner) == 1 and first.startswith("cuda") and learner_gpus(learner) != (0,):
+        raise UserError(
+            f"generator=vllm runs its engine in this process on cuda:0, and model.device is {first}; set "
+            f"model.device=cuda:0 and CUDA_VISIBLE_DEVICES={physical_gpu_ids(learner_gpus(learner))[0]} (that GPU "
+            "becomes cuda:0)"
+        )
+    return first
 
 
 def visible_gpu_count() -> int:
@@ -111,30 +134,48 @@ def plan_for(config: Config, device: str, device_count: int | None = None) -> Pl
     )
 
 
-def physical_gpu_ids(indices: tuple[int, ...], visible: str | None = None) -> list[str]:
-    """The machine's ids of this process's GPU indices, through CUDA_VISIBLE_DEVICES where it is set (what a
-    child process, such as a Ray raylet, must be given to see the same GPUs)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if not visible:
-        return [str(index) for index in indices]
-    ids = [part.strip() for part in visible.split(",") if part.strip()]
-    return [ids[index] for index in indices]
+def worker_gpu_share(worker_gpus: float) -> float:
+    """The gpu_memory_utilization of a vLLM engine on a worker's GPU share: vLLM reads it as a fraction of the whole
+    GPU, so a half-GPU worker asks for 90% of its half (0.45), and two such engines fit one GPU."""
+    return round(DEDICATED_GPU_SHARE * min(worker_gpus, 1.0), 3)
+
+
+def worker_policy_device(placement: Placement, generator: str) -> str:
+    """Where a rollout worker loads its copy of the policy: a vLLM engine builds its own copy on the GPU from it,
+    so a vLLM worker keeps it on the CPU (on its GPU it would hold memory vLLM's start-up check counts as taken);
+    an HF generator samples with it, on the worker's GPU (its cuda:0) or the CPU."""
+    if placement.worker_device == "cpu" or generator == "vllm":
+        return "cpu"
+    return "cuda"
 
 
 def worker_config(config: Config, placement: Placement) -> Config:
     """A rollout worker's config: one process (no learner ranks), on the device Ray gives it (a CPU worker on the
     CPU, a GPU worker on the GPU(s) it sees, as cuda:0) whatever model.device the learner has; a vLLM engine on a
     GPU share of its own takes 90% of that share unless generator.engine_args says otherwise (not the colocated
-    40%)."""
-    device = "cpu" if placement.worker_device == "cpu" else "cuda"
+    40%), in the dtype it would have beside a policy on that GPU, built from a policy copy kept on the CPU."""
+    device = worker_policy_device(placement, config.generator.name)
     one_process = config.distributed.model_copy(update={"learner_ranks": 1, "sharded_checkpoints": False})
     update: dict = {"model": config.model.model_copy(update={"device": device}), "distributed": one_process}
-    engine_args = config.generator.settings.get("engine_args") or {}
-    if device == "cuda" and config.generator.name == "vllm" and "gpu_memory_utilization" not in engine_args:
-        share = round(DEDICATED_GPU_SHARE * min(placement.worker_gpus, 1.0), 3)
-        given = {**config.generator.model_dump(), "engine_args": {**engine_args, "gpu_memory_utilization": share}}
+    if placement.worker_device == "cuda" and config.generator.name == "vllm":
+        engine_args = config.generator.settings.get("engine_args") or {}
+        given = config.generator.model_dump()
+        if "gpu_memory_utilization" not in engine_args:
+            given["engine_args"] = {**engine_args, "gpu_memory_utilization": worker_gpu_share(placement.worker_gpus)}
+        if given.get("dtype", "auto") == "auto":  # resolved for the GPU, not for the CPU the policy copy is on
+            given["dtype"] = "bfloat16" if worker_gpus_take_bf16() else "float32"
         update["generator"] = GeneratorConfig.model_validate(given)
     return config.model_copy(update=update)
+
+
+def worker_gpus_take_bf16() -> bool:
+    """Whether the workers' GPUs compute in bf16 natively (judged by this machine's first GPU where it has one;
+    a machine without one, a cluster's driver, assumes a GPU from Ampere on)."""
+    import torch
+
+    from r3l.models.precision import native_bf16
+
+    return not torch.cuda.is_available() or native_bf16(torch.device("cuda", 0))
 
 
 def worker_env(placement: Placement) -> dict[str, str]:

@@ -22,7 +22,7 @@ from r3l.distributed.placement import (
     worker_env,
 )
 from r3l.distributed.rollout_worker import RolloutWorker
-from r3l.distributed.sharding import contiguous_shards, merge_shard_metrics
+from r3l.distributed.sharding import merge_shard_metrics, moved_twins, twin_shards
 from r3l.errors import RunStopped, UserError
 from r3l.logging import console
 
@@ -39,6 +39,7 @@ class Exploration:
     version: int
     futures: list[Any]
     workers: list[Any]  # who was given each shard (a worker replaced since is not replaced again)
+    moved_twins: int = 0  # tasks put beside a twin (same prompt) on another worker than their contiguous shard
 
 
 class RolloutPool:
@@ -242,25 +243,33 @@ class RolloutPool:
         entries, host, port = manifest(state_dict, self._dtype), get_node_ip_address(), free_port()
         world, timeout = len(self.workers) + 1, self.settings.worker_timeout_s
         trainer_device = str(next(iter(state_dict.values())).device)
-        device = stream_device(trainer_device, self.placement.worker_device == "cuda")
+        on_gpus, shared = self.placement.worker_device == "cuda", self.placement.workers_may_share_a_gpu
+        device = stream_device(trainer_device, on_gpus, shared)
+        if trainer_device.startswith("cuda") and on_gpus and shared:
+            console.print(
+                f"[yellow]weight stream over gloo (CPU), not NCCL: {self.settings.worker_gpus:g} GPU per worker lets "
+                "two workers share a GPU, which NCCL refuses; give each worker a whole GPU (worker_gpus=1) for NCCL[/]",
+                soft_wrap=True,
+            )
         opened = [
             worker.open_stream.remote(host, port, rank, world, entries, timeout, device)
             for rank, worker in enumerate(self.workers, start=1)
         ]
         # waits for every worker to connect
-        here = trainer_device if device == "cuda" else "cpu"
+        here = trainer_device if device != "cpu" else "cpu"
         self.stream = stream = WeightStream(host, port, 0, world, entries, timeout, device=here)
         self._wait(opened, "weight stream start")
         return stream
 
     def explore(self, tasks: Sequence, step: int) -> tuple[list, dict[str, float]]:
-        """The strategy's explore, one contiguous shard of `tasks` per worker; experiences in batch order."""
+        """The strategy's explore, one shard of `tasks` per worker (`twin_shards`); experiences in batch order but
+        for a task moved beside its twin (counted in `rollout_moved_twins`)."""
         experiences, metrics, _ = self.collect(self.submit(tasks, step))
         return experiences, metrics
 
     def submit(self, tasks: Sequence, step: int) -> Exploration:
         """Start exploring `tasks` with the current weights; `collect` waits for the result."""
-        shards = contiguous_shards(len(tasks), len(self.workers))
+        shards = twin_shards([task.prompt for task in tasks], len(self.workers))
         futures = [
             self.workers[index].explore.remote([tasks[i] for i in shard], step, self.version)
             for index, shard in enumerate(shards)
@@ -271,6 +280,7 @@ class RolloutPool:
             self.version,
             futures,
             list(self.workers[: len(shards)]),
+            moved_twins(shards, len(self.workers)),
         )
 
     def collect(self, exploration: Exploration) -> tuple[list, dict[str, float], int]:
@@ -283,7 +293,13 @@ class RolloutPool:
         metrics = merge_shard_metrics(
             [(shard_metrics, len(tasks)) for (_, shard_metrics, _), tasks in zip(results, exploration.shards)]
         )
-        metrics.update({"rollout_workers": float(len(results)), "rollout_worker_restarts": float(self.restarts)})
+        metrics.update(
+            {
+                "rollout_workers": float(len(results)),
+                "rollout_worker_restarts": float(self.restarts),
+                "rollout_moved_twins": float(exploration.moved_twins),
+            }
+        )
         return experiences, metrics, min((version for *_, version in results), default=exploration.version)
 
     def _shard_result(self, index: int, tasks: list, exploration: Exploration, future):

@@ -46,7 +46,7 @@ class RolloutWorker:
     def open_stream(
         self, host: str, port: int, rank: int, world: int, entries, timeout_s: float, device: str = "cpu"
     ) -> int:
-        """Join the trainer's weight stream; `device` "cuda": this worker's GPU (NCCL), else the CPU (gloo)."""
+        """Join the trainer's weight stream; `device`: this worker's GPU, cuda:0 (NCCL), or the CPU (gloo)."""
         from r3l.distributed.weight_stream import WeightStream
 
         self.stream = WeightStream(host, port, rank, world, entries, timeout_s, device=device)

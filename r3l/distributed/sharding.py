@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 # metrics that count things (summed across shards); every other metric is a mean (weighted by tasks)
 COUNTED = frozenset(
@@ -39,6 +39,36 @@ def contiguous_shards(tasks: int, workers: int) -> list[range]:
         shards.append(range(start, stop))
         start = stop
     return shards
+
+
+def twin_shards(keys: Sequence[Hashable], workers: int) -> list[list[int]]:
+    """Each worker's task indices: the contiguous shards, except that every task whose key (its prompt) an
+    earlier task has goes with that earlier one, so all twins sample on one worker. A row's sampling seed counts the
+    rows of the same prompt before it in one generator call (rollout/seeds.py); twins split across workers would
+    each count from zero and draw the same stream, where the whole batch gives them different ones. Every prompt a
+    task's episode sends starts with its first prompt, so only twins can share one: with them together a worker
+    draws exactly what the whole batch would. Indices ascend within a shard; no shard is empty."""
+    sizes = [len(shard) for shard in contiguous_shards(len(keys), workers)]
+    first_index: dict[Hashable, int] = {}
+    shard_of: dict[int, int] = {}
+    shards: list[list[int]] = [[] for _ in sizes]
+    current = 0
+    for index, key in enumerate(keys):
+        first = first_index.setdefault(key, index)
+        if first != index:
+            shards[shard_of[first]].append(index)
+            continue
+        while current < len(sizes) - 1 and len(shards[current]) >= sizes[current]:
+            current += 1
+        shards[current].append(index)
+        shard_of[index] = current
+    return [sorted(shard) for shard in shards if shard]
+
+
+def moved_twins(shards: Sequence[Sequence[int]], workers: int) -> int:
+    """How many tasks `twin_shards` put on another worker than their contiguous shard."""
+    contiguous = contiguous_shards(sum(len(shard) for shard in shards), workers)
+    return sum(index not in contiguous[number] for number, shard in enumerate(shards) for index in shard)
 
 
 def merge_shard_metrics(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:

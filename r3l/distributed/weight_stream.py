@@ -50,10 +50,20 @@ def plan_buckets(entries: Sequence[Entry], bucket_bytes: int = BUCKET_BYTES) -> 
     return buckets
 
 
-def stream_device(trainer_device: str, workers_on_gpus: bool) -> str:
-    """Where the stream's buffers live at one end: on the GPU (NCCL) only where the trainer's policy and every
-    worker are on GPUs, else on the CPU (gloo). A worker sees its own GPU as cuda:0."""
-    return "cuda" if trainer_device.startswith("cuda") and workers_on_gpus else "cpu"
+def stream_device(trainer_device: str, workers_on_gpus: bool, shared_gpus: bool = False) -> str:
+    """Where the stream's buffers live at the workers' end: a worker's own GPU (NCCL; a worker sees its GPU as
+    cuda:0) only where the trainer's policy and every worker are on GPUs and no two workers may share one, else
+    the CPU (gloo). NCCL refuses two ranks of one communicator on one GPU, which fractional worker_gpus allow."""
+    return "cuda:0" if trainer_device.startswith("cuda") and workers_on_gpus and not shared_gpus else "cpu"
+
+
+def end_device(device: str) -> torch.device:
+    """The device of one end, with its index: "cuda" alone is this process's current GPU (torch.cuda.set_device
+    and NCCL take indexed devices only)."""
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and resolved.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return resolved
 
 
 class WeightStream:
@@ -72,7 +82,7 @@ class WeightStream:
     ):
         """`device`: this end's buffers, "cpu" (gloo) or a CUDA device (NCCL; every end on CUDA)."""
         timeout = timedelta(seconds=timeout_s)
-        self.device = torch.device(device)
+        self.device = end_device(device)
         self.store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
         self.group: Any
         if self.device.type == "cuda":

