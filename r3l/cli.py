@@ -60,8 +60,17 @@ def load(args: list[str] | None, extra: Sequence[str] = (), first: Sequence[str]
     config = checked(load_config(path, [*first, *overrides, *extra]))
     note = env_preset_note(path, [*first, *overrides, *extra])
     if note:
-        typer.echo(note, err=True)
+        PENDING_NOTES.append(note)
     return config
+
+
+PENDING_NOTES: list[str] = []  # said once the command's run is built: a refusal before it stays one line
+
+
+def say_pending_notes() -> None:
+    for note in PENDING_NOTES:
+        typer.echo(note, err=True)
+    PENDING_NOTES.clear()
 
 
 def each_values(each: str | None) -> tuple[str | None, list[str | None]]:
@@ -137,6 +146,7 @@ def train(
     from r3l.trainer import Trainer
 
     trainer = Trainer(config, run_dir=resume, resume=resume is not None, allow_code_change=allow_code_change)
+    say_pending_notes()
     typer.echo(f"run directory: {trainer.run_dir}", err=True)
     summary = trainer.run()
     typer.echo(json.dumps(summary, indent=1))
@@ -237,6 +247,7 @@ def rollout(
     parts = build_parts(config)
     pool = parts.strategy.training_tasks(parts.make_env().tasks("train"), run_dir=None, limit=tasks)
     batch = TaskSampler(pool, seed=config.run.seed).next_batch(tasks)
+    say_pending_notes()
     typer.echo(
         f"exploring {len(batch)} task(s) of {config.env.name} with {config.algorithm.name} "
         f"({config.sampling.group_size} episodes each)",

@@ -1,11 +1,11 @@
 """What a new user meets first: a license file that says what pyproject declares, a missing local model folder named
 as missing (not as a hub failure), no third-party deprecation noise where r3l itself triggers it."""
 
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from r3l.build import trainable_policy
 from r3l.config import load_config

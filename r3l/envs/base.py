@@ -115,7 +115,7 @@ class SingleTurnEnv(Env):
     """An environment whose episode is one prompt and one reply judged by `verify`."""
 
     action_format = "whole_reply"
-    shortest_reply = None
+    shortest_reply: ClassVar[str | None] = None
     retry_from_pivot = False
     light = True
 

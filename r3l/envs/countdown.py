@@ -41,7 +41,6 @@ class CountdownEnv(ReasoningGymEnv):
     name = "countdown"
     description = "Countdown: reach the target with the given numbers, each used once, and + - * /."
     dataset_name = "countdown"
-    shortest_reply = "<answer>1+2</answer>"
     stores_draws = True  # ~5-10 ms a draw (sympy): a split is kept on disk between runs
     argument_help = {
         "min_numbers": "fewest numbers given",
