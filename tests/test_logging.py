@@ -10,6 +10,7 @@ from rich.console import Console
 
 from r3l.errors import UserError
 from r3l.logging import MetricsLogger, TrainProgress, read_metrics, render_report
+from r3l.logging.plots import _series, choose_panels
 from r3l.logging.progress import summarize
 
 
@@ -215,3 +216,28 @@ def test_r3l_reflection_panel_and_pivot_histogram(tmp_path):
     assert pivot_histogram(_series(rows)) == {0: 2.0, 3: 3.0, 12: 1.0}
     names = {p.name for p in render_report(tmp_path)}
     assert {"reflection.png", "pivots.png"} <= names
+
+
+def test_the_guards_have_panels_of_their_own_in_the_report(tmp_path):
+    """An update that changed almost nothing, a log-prob gap on one kind of token and a drifted LoRA base each
+    show in a panel of their own (update/lr_over_weight_rms is not a learning rate)."""
+    rows = [
+        {
+            "step": step,
+            "time": 100.0 + step,
+            "lr": 1e-6,
+            "update/changed_share": 0.02,
+            "update/relative_rms": 1e-5,
+            "update/lr_over_weight_rms": 5e-5,
+            "generator_logprob_gap/base": 0.0004,
+            "generator_logprob_gap/reflection": 0.02 if step > 2 else 0.0004,
+            "lora/base_changed": 0.0,
+        }
+        for step in range(1, 5)
+    ]
+    _write_rows(tmp_path, rows)
+    names = {p.name for p in render_report(tmp_path)}
+    assert {"update_changed.png", "update_rms.png", "logprob_gap.png", "lora_base.png", "lr.png"} <= names
+    chosen = {panel.name: keys for panel, keys in choose_panels(_series(read_metrics(tmp_path)))[0]}
+    assert chosen["lr"] == ["lr"]
+    assert chosen["logprob_gap"] == ["generator_logprob_gap/base", "generator_logprob_gap/reflection"]
