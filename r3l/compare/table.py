@@ -14,6 +14,7 @@ from r3l.compare.stats import (
     Difference,
     Estimate,
     difference_interval,
+    holm_adjust,
     paired_difference,
     seed_level_interval,
     wilson_interval,
@@ -27,8 +28,10 @@ INTERVAL_NOTE = (
     "same training tasks (below). The untrained model, "
     "where every seed's evaluation before training gave the same answers (greedy, or sampled from one eval.seed), "
     "is one model, so it varies with the problems only. Per-seed Wilson "
-    "intervals (below) count the problems alone. Cost: everything a run spent, every session, redone steps, "
-    "R3's failure set and the evaluations included (means per run)."
+    "intervals (below) count the problems alone; intervals of success rates are cut to [0, 1] (differences to "
+    "[-1, 1]). p (Holm): the p-value adjusted by Holm's step-down for all the p-values of its table (the changes "
+    "in this one; the differences in the next), to read several at once. Cost: everything a run spent, every "
+    "session, redone steps, R3's failure set and the evaluations included (means per run)."
 )
 
 
@@ -84,10 +87,26 @@ def interval_cell(estimate: Estimate | None, signed: bool = False) -> str:
     )
 
 
-def p_cell(difference: Difference | None) -> str:
-    if difference is None or not math.isfinite(difference.p_value):
+def p_text(p_value: float) -> str:
+    if not math.isfinite(p_value):
         return "-"
-    return "<0.001" if difference.p_value < 0.001 else f"{difference.p_value:.3f}"
+    return "<0.001" if p_value < 0.001 else f"{p_value:.3f}"
+
+
+def p_cell(difference: Difference | None) -> str:
+    return "-" if difference is None else p_text(difference.p_value)
+
+
+def with_holm(rows: list[list[str]], differences: Sequence[Difference | None], column: int) -> list[list[str]]:
+    """The table's rows (header first) with Holm's adjusted p inserted after `column`, over every difference of
+    the table as one family (rows without a test get "-")."""
+    adjusted = holm_adjust([math.nan if d is None else d.p_value for d in differences])
+    header, *body = rows
+    assert len(body) == len(adjusted)
+    return [
+        [*header[: column + 1], "p (Holm)", *header[column + 1 :]],
+        *[[*row[: column + 1], p_text(p), *row[column + 1 :]] for row, p in zip(body, adjusted, strict=True)],
+    ]
 
 
 def before_estimate(arm: ArmRows, measure: str) -> tuple[Estimate | None, np.ndarray | None, bool]:
@@ -147,10 +166,12 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
         "generated tokens / run",
     ]
     rows = [header]
+    changes: list[Difference | None] = []
     for arm in groups:
         if not arm.runs:
             unfinished = sum(1 for r in all_results if r.label == arm.label)
             rows.append([arm.label, "-", f"0 of {unfinished}", *["-"] * (len(header) - 3)])
+            changes.append(None)
             continue
         count = len(arm.runs)
         for measure in arm.measures():
@@ -158,6 +179,7 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
             estimate = seed_level_interval(after[0]) if after else None
             before, _, _ = before_estimate(arm, measure)
             delta = change(arm, measure)
+            changes.append(delta)
             missing = [r.after.format_missing.get(measure) for r in arm.runs if r.after is not None]
             known = [m for m in missing if m is not None]
             rows.append(
@@ -176,13 +198,14 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
                     f"{sum(r.cost.generated_tokens for r in arm.runs) / count:.0f}",
                 ]
             )
-    return rows
+    return with_holm(rows, changes, header.index("p"))
 
 
 def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
     """Every pair of arms on their first try, and within an arm that tried twice, its reflection against the
     verdict-alone control (the same seeds and problems: per-seed differences)."""
     rows = [["comparison", "difference [95%]", "p"]]
+    differences: list[Difference | None] = []
     finished = [arm for arm in groups if arm.runs]
     for first, second in combinations(finished, 2):
         a, b = first.table("first"), second.table("first")
@@ -202,6 +225,7 @@ def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
             difference = difference_interval(ta, tb, paired_problems=False)
             name = f"{first.label} − {second.label} (1st try, no shared problems)"
         rows.append([name, interval_cell(difference, signed=True), p_cell(difference)])
+        differences.append(difference)
     for arm in finished:
         if "verdict_only" in arm.measures():
             reflection, control = arm.table("second"), arm.table("verdict_only")
@@ -215,7 +239,8 @@ def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
                         p_cell(difference),
                     ]
                 )
-    return rows
+                differences.append(difference)
+    return with_holm(rows, differences, 2)
 
 
 def seed_table(groups: Sequence[ArmRows]) -> list[list[str]]:
