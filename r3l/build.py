@@ -17,6 +17,7 @@ import torch
 from r3l.agent.context import RolloutContext
 from r3l.config import Config
 from r3l.envs import Env, Task, env_class, make
+from r3l.envs.overlap import training_overlap
 from r3l.envs.reward_functions import RewardFunctions, with_reward_functions
 from r3l.errors import UserError
 from r3l.evaluate import held_out_evaluation
@@ -263,9 +264,10 @@ def rollout_context(config: Config, make_env: Callable[[], Env], generator: Gene
     return RolloutContext(make_env, generator, tokenizer, PromptFormat.from_config(config.env), agent_limits(config))
 
 
-def held_out_tasks(config: Config, env: Env) -> list[Task]:
-    """The first `eval.size` tasks of the environment's test split (None: all of them); a size above the split is
-    said in one line (the whole split is then used), never cut silently."""
+def held_out_tasks(config: Config, env: Env, say: bool = False) -> list[Task]:
+    """The first `eval.size` tasks of the environment's test split (None: all of them), without those that are
+    training tasks by content where `eval.exclude_train_overlap` asks; a size above the split is said in one line
+    (the whole split is then used), never cut silently. With `say`, the overlap by content is said in one line."""
     tasks = list(env.tasks("test"))
     if config.eval.size is not None and config.eval.size > len(tasks):
         console.print(
@@ -274,7 +276,32 @@ def held_out_tasks(config: Config, env: Env) -> list[Task]:
             f"eval.size={len(tasks)}, or a larger test split where the environment takes one)[/]",
             soft_wrap=True,
         )
-    return tasks[: config.eval.size]
+    if config.eval.size == 0:
+        return []
+    if not (say or config.eval.exclude_train_overlap):
+        return tasks[: config.eval.size]
+    flags = training_overlap(tasks, env.tasks("train"), env.near_duplicate_key)
+    overlapping = [exact or near for exact, near in flags]
+    if config.eval.exclude_train_overlap:
+        tasks = [task for task, overlaps in zip(tasks, overlapping, strict=True) if not overlaps]
+        overlapping = [False] * len(tasks)
+    chosen = tasks[: config.eval.size]
+    shared = sum(overlapping[: len(chosen)])
+    if say and (shared or config.eval.exclude_train_overlap):
+        left_out = sum(exact or near for exact, near in flags) if config.eval.exclude_train_overlap else 0
+        console.print(
+            f"held-out/training overlap by content ({env.near_duplicate_rule}): "
+            + (
+                f"{left_out} test-split tasks left out (eval.exclude_train_overlap), {len(chosen)} held out"
+                if config.eval.exclude_train_overlap
+                else f"{shared} of {len(chosen)} held-out tasks are training problems "
+                "(eval.exclude_train_overlap=true leaves them out)"
+            ),
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
+    return chosen
 
 
 def evaluate_held_out(config: Config, tasks: Sequence[Task], context: RolloutContext):

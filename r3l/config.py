@@ -297,6 +297,11 @@ class EvalConfig(Section):
     size: int | None = Field(
         100, ge=0, description="held-out tasks, the first of the test split; 0 skips evaluation; null: the whole split"
     )
+    exclude_train_overlap: bool = Field(
+        False,
+        description="leave out held-out tasks that are training tasks by content (the same prompt, or the same "
+        "problem by the environment's near-duplicate key); counted at start either way",
+    )
     every: int = Field(0, ge=0, description="steps between evaluations; 0 = before and after training only")
     temperature: float = Field(0.0, ge=0)
     max_new_tokens: int | None = None

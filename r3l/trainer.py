@@ -134,7 +134,7 @@ class Trainer:
             self.parts.generator.on_built = self._sync_generator
         env = self.parts.make_env()
         self.train_tasks = env.tasks("train")
-        self.test_tasks = held_out_tasks(config, env)
+        self.test_tasks = held_out_tasks(config, env, say=True)
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         if resume and checkpoint is None:
             raise UserError(f"{self.run_dir} has no checkpoint to resume from; start a new run instead")

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from r3l.compare.budget import arms_under_budget, budget_arm, check_budget, merged_budget, reference_cost
-from r3l.compare.notes import code_note, differing_settings, machine_note, overlap_counts
+from r3l.compare.notes import code_note, differing_settings, machine_note
+from r3l.envs.overlap import overlap_counts
 from r3l.compare.plan import Arm, Budget, RunSpec, make_arms, plan_runs
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
 from r3l.compare.run import overlap_note, parse_seeds
@@ -246,8 +247,10 @@ def test_the_overlap_line_names_the_environments_own_near_duplicate_rule():
 
     countdown = overlap_note(load_config("examples/r3_countdown_cpu.yaml", ["eval.size=4"]))
     calls = overlap_note(load_config("examples/r3_function_calling_cpu.yaml", ["eval.size=4"]))
-    assert countdown.endswith("(the environment's near-duplicate key: the same numbers, operators and answer).")
-    assert calls.endswith("(the environment's near-duplicate key: the same prompt with case and spacing ignored).")
+    assert countdown.endswith("(the environment's near-duplicate key: the same numbers and target).")
+    assert calls.endswith(
+        "(the environment's near-duplicate key: the same request (case and spacing ignored) to the same functions)."
+    )
     assert "of 4 held-out problems" in calls
 
 

@@ -1,37 +1,16 @@
-"""The lines under a comparison's table that a reviewer asks for: how the held-out problems overlap the training
-problems, on which settings the runs differ besides their algorithm, and which code and machines they ran on."""
+"""The lines under a comparison's table that a reviewer asks for (the held-out/training overlap line is
+r3l/envs/overlap.py's): on which settings the runs differ besides their algorithm, and which code and machines
+they ran on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from r3l.compare.summary import RunResult
 
 IGNORED_PREFIXES = ("run.", "logging.")  # a run's name, folder and seed, and where it logs, are no difference
 ALGORITHM = "algorithm."
-
-
-def overlap_counts(
-    held_out: Sequence[Any], training: Iterable[Any], key: Callable[[Any], Hashable]
-) -> tuple[int, int, int]:
-    """(held-out tasks whose prompt is a training prompt, held-out tasks whose near-duplicate key is a training
-    task's, held-out tasks): tasks have `.prompt`."""
-    prompts, keys = set(), set()
-    for task in training:
-        prompts.add(task.prompt)
-        keys.add(key(task))
-    exact = sum(task.prompt in prompts for task in held_out)
-    near = sum(key(task) in keys for task in held_out)
-    return exact, near, len(held_out)
-
-
-def overlap_line(exact: int, near: int, total: int, rule: str) -> str:
-    """`rule`: what the environment's near-duplicate key counts as one problem."""
-    return (
-        f"Held-out/training overlap: {exact} of {total} held-out problems are a training prompt; {near} of {total} "
-        f"are a training problem written another way (the environment's near-duplicate key: {rule})."
-    )
 
 
 def _shown(value: Any) -> str:

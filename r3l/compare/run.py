@@ -9,11 +9,12 @@ from datetime import datetime
 from pathlib import Path
 
 from r3l.compare.budget import arms_under_budget, check_budget, merged_budget, reference_cost
-from r3l.compare.notes import code_note, machine_note, overlap_counts, overlap_line, settings_note
+from r3l.compare.notes import code_note, machine_note, settings_note
 from r3l.compare.plan import Budget, Plan, make_arms, plan_runs, read_plan, run_all, write_plan
 from r3l.compare.plot import plot
 from r3l.compare.summary import METRICS, RunResult, read_run
 from r3l.compare.table import tables
+from r3l.envs.overlap import overlap_counts, overlap_line
 from r3l.errors import UserError
 from r3l.logging import console
 from r3l.provenance import display_path
@@ -67,13 +68,17 @@ def relative_out(out: Path) -> Path:
 
 def overlap_note(config) -> str:
     """The held-out/training overlap line of the comparison's environment (as the runs draw their tasks)."""
-    from r3l.build import env_factory
+    from r3l.build import env_factory, held_out_tasks
 
     env = env_factory(config)()
     try:
-        held_out = list(env.tasks("test"))[: config.eval.size]
-        exact, near, total = overlap_counts(held_out, env.tasks("train"), env.near_duplicate_key)
-        return overlap_line(exact, near, total, env.near_duplicate_rule)
+        exact, near, total = overlap_counts(held_out_tasks(config, env), env.tasks("train"), env.near_duplicate_key)
+        line = overlap_line(exact, near, total, env.near_duplicate_rule)
+        return line + (
+            " Held-out problems that were training problems were left out (eval.exclude_train_overlap)."
+            if config.eval.exclude_train_overlap
+            else ""
+        )
     finally:
         getattr(env, "close", lambda: None)()
 

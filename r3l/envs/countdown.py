@@ -82,6 +82,12 @@ class CountdownEnv(ReasoningGymEnv):
         metadata = item["metadata"]
         return tuple(sorted(metadata["numbers"])), metadata["target"]
 
+    near_duplicate_rule = "the same numbers and target"
+
+    def near_duplicate_key(self, task: Task) -> Hashable:
+        """The numbers, sorted, and the target: one problem whatever order the numbers are given in."""
+        return tuple(sorted(task.answer["numbers"])), task.answer["target"]
+
     def to_task(self, item: Item, split: str, position: int) -> Task:
         metadata = item["metadata"]
         return Task(

@@ -49,7 +49,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,15 @@ class FunctionCallingEnv(SingleTurnEnv):
                 calls, task.answer["ground_truth"], task.answer["functions"], lenient_strings=self.checker == "lenient"
             )
         return verify_exact(calls, task.answer["calls"], task.answer["functions"])
+
+    near_duplicate_rule = "the same request (case and spacing ignored) to the same functions"
+
+    def near_duplicate_key(self, task: Task) -> Hashable:
+        """The request, lower-cased with its spacing collapsed, and the names of the functions offered: one problem
+        whichever order its functions were listed in, in whichever prompt format."""
+        question = str(task.data.get("question", task.prompt))
+        names = sorted(str(doc.get("name")) for doc in (task.answer or {}).get("functions", []))
+        return " ".join(question.lower().split()), tuple(names)
 
     def answer_format_missing(self, reply: str) -> bool | None:
         return not has_tool_call_block(reply, self.tag)

@@ -36,7 +36,7 @@ differ, mark it not replayable, and R3L's retry from a pivot is then refused in 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -321,6 +321,17 @@ class GymGameEnv(Env):
                 "(or set env.args.distinct_games=false)"
             )
         return drawn
+
+    near_duplicate_rule = (
+        "the same game by what makes it one (FrozenLake's map, GuessTheNumber's number, Mastermind's code, "
+        "r3l/envs/games/game_rules.py), not its seed"
+    )
+
+    def near_duplicate_key(self, task: Task) -> Hashable:
+        """The game a task's seed starts, by content: two seeds that hide the same number are one game."""
+        if self.game.seeded and "seed" in task.data:
+            return self.game_of(task.data["seed"])
+        return super().near_duplicate_key(task)
 
     def game_of(self, seed: int) -> str:
         """The name of the game a seed starts (seeds that start the same game share it)."""
