@@ -145,6 +145,14 @@ def autocast_bf16(config: Config) -> bool:
     return native_bf16(resolve_device(config.model.device))
 
 
+def frozen_reference(model, autocast: bool):
+    """The KL reference of a fully fine-tuned policy: a frozen copy, held in bf16 where the learner computes in bf16
+    anyway (autocast casts each weight to bf16 for its matmuls; a frozen copy needs no fp32 master weights to take
+    small updates), which halves its memory: 14 GiB less at 7B."""
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    return reference.to(torch.bfloat16) if autocast else reference
+
+
 def trainable_policy(config: Config, model):
     """(the policy as trained: LoRA and gradient checkpointing applied, the KL reference or None). Under LoRA the
     reference is the policy with its adapters off (AdaptersOff), otherwise a frozen copy of the model."""
@@ -152,7 +160,7 @@ def trainable_policy(config: Config, model):
 
     ref_model = None
     if config.algorithm.kl_coef > 0:
-        ref_model = AdaptersOff() if config.model.lora.enabled else copy.deepcopy(model).eval().requires_grad_(False)
+        ref_model = AdaptersOff() if config.model.lora.enabled else frozen_reference(model, autocast_bf16(config))
     if config.model.lora.enabled:
         with warnings.catch_warnings():  # PEFT asks transformers 5 for a renamed attribute (a FutureWarning)
             warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
