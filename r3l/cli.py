@@ -315,7 +315,18 @@ def envs(name: str | None = typer.Argument(None, help="Show this environment's s
 @app.command()
 def plan(
     args: list[str] | None = typer.Argument(None, help=ARGS_HELP),
-    gpu_memory: float = typer.Option(80.0, "--gpu-memory", help="GiB of each GPU (80: an A100/H100 80GB)."),
+    gpu_memory: float | None = typer.Option(
+        None,
+        "--gpu-memory",
+        help="GiB of each GPU (default 80: an A100/H100 80GB); with --device cpu, of the machine (default: what this "
+        "process may hold).",
+    ),
+    device: str | None = typer.Option(
+        None, "--device", help="cuda or cpu (default: cpu where model.device=cpu, else cuda)."
+    ),
+    prompt_tokens: int = typer.Option(
+        512, "--prompt-tokens", min=1, help="The longest single-turn prompt, in tokens (multi-turn: the context)."
+    ),
 ):
     """The memory each device needs for this config (from the model's shape alone, no weights loaded) against
     --gpu-memory, and what a step generates; exit 2 with one line where it does not fit."""
@@ -323,10 +334,25 @@ def plan(
     from r3l.plan import plan_table
 
     path, overrides = split_args(args)
-    table, fits, change = plan_table(load_config(path, overrides), gpu_memory)
+    config = load_config(path, overrides)
+    chosen = device or ("cpu" if config.model.device == "cpu" else "cuda")
+    if chosen not in ("cuda", "cpu"):
+        raise UserError(f"--device {chosen}: use cuda or cpu")
+    native, memory = True, gpu_memory if gpu_memory is not None else 80.0
+    if chosen == "cpu":
+        import torch
+
+        from r3l.memory import memory_limit_mib
+        from r3l.models.precision import native_bf16
+
+        native = native_bf16(torch.device("cpu"))
+        limit = memory_limit_mib()
+        memory = gpu_memory if gpu_memory is not None else (round(limit[0] / 1024, 1) if limit else 80.0)
+    table, fits, change = plan_table(config, memory, chosen, native, prompt_tokens)
     typer.echo(table)
     if not fits:
-        raise UserError(f"this layout does not fit in {gpu_memory:g} GiB per GPU: {change}")
+        where = "of memory" if chosen == "cpu" else "per GPU"
+        raise UserError(f"this layout does not fit in {memory:g} GiB {where}: {change}")
 
 
 @app.command()
@@ -404,6 +430,11 @@ def compare(
     allow_code_change: bool = typer.Option(
         False, "--allow-code-change", help="Resume unfinished runs even under other code than they ran with."
     ),
+    allow_mixed: bool = typer.Option(
+        False,
+        "--allow-mixed",
+        help="Read runs of several machines or code versions together (refused otherwise); every arm is marked.",
+    ),
 ):
     """Configs x seeds on one environment, resumable, then tables (held-out success with 95% intervals over
     seeds and problems, changes and differences, cost, overlap, differing settings) and one plot ->
@@ -423,7 +454,7 @@ def compare(
         match_budget=match_budget,
         budget_of=budget_of,
         budget_for=[name.strip() for name in (budget_for or "").split(",") if name.strip()],
-        reading=Reading(metric, plot_x),
+        reading=Reading(metric, plot_x, allow_mixed),
         allow_code_change=allow_code_change,
     )
     typer.echo(markdown + f"\nwritten: {folder / 'compare.md'}, {folder / 'compare.csv'}, {folder / 'compare.png'}")

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from r3l.compare.budget import arms_under_budget, check_budget, merged_budget, reference_cost
+from r3l.compare.mixing import marked, mixing, mixing_note, refusal
 from r3l.compare.notes import code_note, machine_note, settings_note
 from r3l.compare.plan import Budget, Plan, make_arms, plan_runs, read_plan, run_all, write_plan
 from r3l.compare.plot import plot
@@ -24,11 +25,13 @@ PLOT_AXES = ("steps", "tokens", "seconds")
 
 @dataclass(frozen=True)
 class Reading:
-    """How the finished runs are read: the metric (success or, where rewards are graded, reward) and the x axis
-    of the plot's during-training panel."""
+    """How the finished runs are read: the metric (success or, where rewards are graded, reward), the x axis
+    of the plot's during-training panel, and whether runs of several machines or code versions may be pooled
+    (then marked)."""
 
     metric: str = "success"
     plot_x: str = "steps"
+    allow_mixed: bool = False
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -189,6 +192,12 @@ def run_compare(
     notes = [overlap_note(first), settings_note(results), code_note(results), machine_note(results)]
     if plan.budget is not None and plan.budget.target is not None:
         notes.insert(0, budget_note(plan.budget))
+    pooled = mixing(results)
+    if pooled and not reading.allow_mixed:
+        raise UserError(refusal(pooled))
+    if pooled:
+        results = marked(results)
+        notes.insert(0, mixing_note(pooled))
     markdown, csv = tables(results, notes)
     (out / "compare.md").write_text(markdown)
     (out / "compare.csv").write_text(csv)
