@@ -314,7 +314,7 @@ def held_out_tasks(config: Config, env: Env, say: bool = False) -> list[Task]:
 
 def evaluate_held_out(config: Config, tasks: Sequence[Task], context: RolloutContext):
     """(record, summary, metrics) of the held-out evaluation the config asks for (eval.*), on `tasks`."""
-    return held_out_evaluation(tasks, context, eval_params(config), two_attempts(config))
+    return held_out_evaluation(tasks, context, eval_params(config), two_attempts(config), config.eval.resolved_draws)
 
 
 def defers_generator(config: Config) -> bool:

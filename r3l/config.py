@@ -302,6 +302,12 @@ class EvalConfig(Section):
         description="leave out held-out tasks that are training tasks by content (the same prompt, or the same "
         "problem by the environment's near-duplicate key); counted at start either way",
     )
+    draws: int | None = Field(
+        None,
+        ge=1,
+        description="sampled episodes per held-out task, averaged (null: 4 where eval.temperature > 0 and one "
+        "attempt, else 1; greedy evaluation draws once)",
+    )
     every: int = Field(0, ge=0, description="steps between evaluations; 0 = before and after training only")
     temperature: float = Field(0.0, ge=0)
     max_new_tokens: int | None = None
@@ -330,6 +336,19 @@ class EvalConfig(Section):
         description="attempts=2: also ask each failure once more after the verdict alone (no reflection), the "
         "control that tells the reflection's share of a second-try gain",
     )
+
+    @model_validator(mode="after")
+    def _draws_with_one_attempt(self) -> EvalConfig:
+        if self.draws is not None and self.draws > 1 and self.attempts == 2:
+            raise ValueError("eval.draws > 1 goes with one attempt; R3's two-attempt evaluation draws once a task")
+        return self
+
+    @property
+    def resolved_draws(self) -> int:
+        """eval.draws, with null resolved: 4 sampled draws where the evaluation samples (one attempt), else 1."""
+        if self.draws is not None:
+            return self.draws
+        return 4 if self.temperature > 0 and self.attempts == 1 else 1
 
 
 class LoggingConfig(Section):

@@ -19,6 +19,18 @@ from r3l.rollout.chat import PromptFormat
 from r3l.rollout.generator import Generator, SamplingParams
 
 
+def task_mean_interval(task_means: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    """95% interval of the mean of per-task means (each the share of a task's draws that succeeded): the draws of
+    one task are not independent problems, so the spread is the tasks'; clipped to [0, 1]."""
+    count = len(task_means)
+    if count < 2:
+        return 0.0, 1.0
+    mean = sum(task_means) / count
+    variance = sum((m - mean) ** 2 for m in task_means) / (count - 1)
+    half = z * (variance / count) ** 0.5
+    return max(0.0, mean - half), min(1.0, mean + half)
+
+
 def wilson_interval(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval for a binomial proportion (well-behaved at 0 and 1)."""
     if total == 0:
@@ -53,6 +65,7 @@ class EvalResult:
             "rewarded_prompt_copies": rewarded_prompt_copies(self.samples),
             "format_missing": true_share([s.get("format_missing") for s in self.samples]),
             "cut_off": true_share([s.get("cut_off") for s in self.samples]),
+            "draws": 1 + max((s.get("draw", 0) for s in self.samples), default=0),
         }
 
 
@@ -80,17 +93,23 @@ def evaluate(
     params: SamplingParams,
     prompt_format: PromptFormat = PromptFormat(),
     limits: AgentLimits = AgentLimits(),
+    draws: int = 1,
 ) -> EvalResult:
-    """One episode per task (single- or multi-turn)."""
+    """`draws` episodes per task (single- or multi-turn; each draw its own seeded stream), every one a sample; the
+    interval is over the tasks' mean outcomes where there are several draws, Wilson's over the tasks otherwise."""
     runner = EpisodeRunner(make_env, generator, tokenizer, prompt_format, limits)
     try:
-        episodes = runner.run([EpisodeStart(task) for task in tasks], params)
+        episodes = runner.run([EpisodeStart(task) for task in tasks for _ in range(draws)], params)
         single_turn = runner.action_format == "whole_reply"
     finally:
         runner.close()
     successes = sum(e.success for e in episodes)
     total = len(episodes)
-    low, high = wilson_interval(successes, total)
+    if draws > 1:
+        per_task = [sum(e.success for e in episodes[i : i + draws]) / draws for i in range(0, total, draws)]
+        low, high = task_mean_interval(per_task)
+    else:
+        low, high = wilson_interval(successes, total)
     missing = format_rule(make_env) if single_turn else None
     samples = [
         {
@@ -106,8 +125,9 @@ def evaluate(
             "copied_prompt": e.copied_prompt,
             "format_missing": missing(e.text) if missing else e.termination == "format_error",
             "cut_off": bool(e.steps) and e.steps[-1].completion.cut_off,
+            **({"draw": index % draws} if draws > 1 else {}),
         }
-        for e in episodes
+        for index, e in enumerate(episodes)
     ]
     return EvalResult(
         successes / max(1, total), low, high, successes, total, sum(e.reward for e in episodes) / max(1, total), samples
@@ -299,17 +319,18 @@ def held_out_evaluation(
     context: RolloutContext,
     params: SamplingParams,
     two_attempts: TwoAttempts | None = None,
+    draws: int = 1,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
-    """(full record with samples, summary, metrics to log): one attempt per task, or with `two_attempts` R3's
-    two, played in the same rollout context as exploration (environments, generator, tokenizer, prompt format,
-    agent limits)."""
+    """(full record with samples, summary, metrics to log): `draws` sampled attempts per task, or with
+    `two_attempts` R3's two, played in the same rollout context as exploration (environments, generator, tokenizer,
+    prompt format, agent limits)."""
     started = time.perf_counter()
     failpoint("evaluation")
     c = context
     if two_attempts is not None:
         record, summary, metrics = _two_attempts(tasks, c, params, two_attempts)
     else:
-        record, summary, metrics = _one_attempt(tasks, c, params)
+        record, summary, metrics = _one_attempt(tasks, c, params, draws)
     seconds = time.perf_counter() - started
     return {**record, "seconds": seconds}, {**summary, "seconds": seconds}, {**metrics, "eval/seconds": seconds}
 
@@ -330,8 +351,8 @@ def _two_attempts(tasks, c: RolloutContext, params: SamplingParams, settings: Tw
     return record, summary, metrics
 
 
-def _one_attempt(tasks, c: RolloutContext, params: SamplingParams):
-    result = evaluate(tasks, c.make_env, c.generator, c.tokenizer, params, c.prompt_format, c.limits)
+def _one_attempt(tasks, c: RolloutContext, params: SamplingParams, draws: int = 1):
+    result = evaluate(tasks, c.make_env, c.generator, c.tokenizer, params, c.prompt_format, c.limits, draws)
     summary = result.summary()
     metrics = {
         "eval/success": result.success,

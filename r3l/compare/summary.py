@@ -26,12 +26,14 @@ METRICS = ("success", "reward")
 
 @dataclass
 class Evaluation:
-    """One held-out evaluation: per measure, the outcome of each problem (task id -> 1/0 success, or reward),
-    and the share of replies missing the answer format (None where unknown)."""
+    """One held-out evaluation: per measure, the outcome of each problem (task id -> 1/0 success, or reward; the
+    mean of its draws where it was drawn several times), and the share of replies missing the answer format (None
+    where unknown)."""
 
     step: int
     outcomes: dict[str, dict[str, float]]
     format_missing: dict[str, float | None] = field(default_factory=dict)
+    draws: int = 1  # sampled episodes per problem (eval.draws), averaged into its outcome
 
     def mean(self, measure: str = "first") -> float | None:
         values = self.outcomes.get(measure)
@@ -111,12 +113,14 @@ def evaluation(record: dict[str, Any], metric: str = "success", format_rule: For
     two_tries = any("first_success" in s for s in samples)
     outcomes: dict[str, dict[str, float]] = {}
     missing: dict[str, list[bool | None]] = {}
+    draws: dict[str, list[float]] = {}  # several sampled draws of a task (eval.draws): its outcome is their mean
     for sample in samples:
         task = str(sample["task_id"])
         first = _outcome(sample, "first_" if two_tries else "", metric)
         if first is None:
             continue
-        outcomes.setdefault("first", {})[task] = first
+        draws.setdefault(task, []).append(first)
+        outcomes.setdefault("first", {})[task] = sum(draws[task]) / len(draws[task])
         reply = sample.get("first_attempt" if two_tries else "completion")
         missing.setdefault("first", []).append(
             _format_missing(sample, "first_" if two_tries else "", reply, format_rule)
@@ -140,7 +144,7 @@ def evaluation(record: dict[str, Any], metric: str = "success", format_rule: For
     for measure, flags in missing.items():
         known = [flag for flag in flags if flag is not None]
         shares[measure] = sum(known) / len(known) if known else None
-    return Evaluation(int(record.get("step", 0)), outcomes, shares)
+    return Evaluation(int(record.get("step", 0)), outcomes, shares, max(map(len, draws.values()), default=1))
 
 
 def _format_missing(sample: dict[str, Any], prefix: str, reply: Any, rule: FormatRule | None) -> bool | None:

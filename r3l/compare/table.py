@@ -185,7 +185,7 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
             rows.append(
                 [
                     arm.label,
-                    MEASURES[measure],
+                    measure_label(measure, arm.runs),
                     str(count),
                     f"{sum(r.steps for r in arm.runs) / count:.0f}",
                     fmt(before.mean if before else None),
@@ -241,6 +241,12 @@ def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
                 )
                 differences.append(difference)
     return with_holm(rows, differences, 2)
+
+
+def measure_label(measure: str, runs: Sequence[RunResult]) -> str:
+    """The try's name, with the sampled draws per problem its outcomes average where there were several."""
+    draws = max((r.after.draws for r in runs if r.after is not None), default=1)
+    return MEASURES[measure] + (f" (mean of {draws} draws)" if draws > 1 else "")
 
 
 def seed_table(groups: Sequence[ArmRows]) -> list[list[str]]:
