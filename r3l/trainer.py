@@ -331,7 +331,7 @@ class Trainer:
         (self.run_dir / f"eval_{label}.json").write_text(json.dumps({**record, "step": self.step}, indent=1))
         self.history[f"eval_{label}"] = summary
         logger.log(self.step, metrics)
-        console.print(f"held-out {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+        console.print(held_out_line(label, metrics), soft_wrap=True, markup=False, highlight=False)
 
     def write_r3_table(self) -> None:
         before, after = self.history.get("eval_before"), self.history.get("eval_after")
@@ -487,6 +487,11 @@ class Trainer:
         if final is not None and not config.train.keep_optimizer:
             drop_optimizer_state(final)
         return summary
+
+
+def held_out_line(label: str, metrics: dict[str, float]) -> str:
+    """One line, each metric as key=value with no space a terminal could wrap at between the two."""
+    return f"held-out {label}: " + ", ".join(f"{key}={value:.3f}" for key, value in metrics.items())
 
 
 def layout(config: Config, placement: Placement) -> dict[str, Any]:

@@ -40,3 +40,17 @@ def test_lora_with_gradient_checkpointing_raises_no_deprecation_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         trainable_policy(config, model)
+
+
+def test_the_held_out_line_keeps_each_key_with_its_value_on_a_narrow_terminal():
+    import io
+
+    from rich.console import Console
+
+    from r3l.trainer import held_out_line
+
+    line = held_out_line("before", {"eval/success": 0.2, "eval/hack/prompt_copies": 0.0, "eval/seconds": 12.25})
+    assert line == "held-out before: eval/success=0.200, eval/hack/prompt_copies=0.000, eval/seconds=12.250"
+    out = io.StringIO()
+    Console(file=out, width=40).print(line, soft_wrap=True, markup=False, highlight=False)
+    assert out.getvalue() == line + "\n"  # soft wrap: the terminal folds it, rich inserts no break

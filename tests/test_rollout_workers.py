@@ -148,6 +148,7 @@ def test_train_with_two_rollout_workers_from_the_command_line(tmp_path):
     metrics = [json.loads(line) for line in (Path(tmp_path) / "workers" / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "rollout_workers" in m]
     assert len(steps) == 2 and all(m["rollout_workers"] == 2 for m in steps)
+    assert "Token authentication" not in result.stderr  # Ray's start-up banner about its own default, not the run's
 
 
 def test_staleness_arithmetic():

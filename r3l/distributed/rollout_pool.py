@@ -3,6 +3,7 @@ every update (with a version number) and splits each step's batch across them (`
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -97,6 +98,9 @@ class RolloutPool:
         shown = {"CUDA_VISIBLE_DEVICES": ",".join(physical_gpu_ids(gpus))} if gpus is not None else {}
         saved = {name: os.environ.get(name) for name in shown}
         os.environ.update(shown)
+        # Ray >= 2.50 says at each local start that it turned token authentication on (its default, kept): a
+        # banner about Ray's own security default, not about this run
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         try:
             self._ray.init(
                 address=self.settings.ray_address,
