@@ -10,6 +10,7 @@ import torch
 
 from r3l.config import AlgorithmConfig, TrainConfig
 from r3l.learner.learner import Learner
+from r3l.learner.optimizer import StochasticRoundingAdamW
 from r3l.learner.update_size import (
     WeightSample,
     changed_share,
@@ -103,11 +104,21 @@ def test_the_learner_logs_the_update_size_each_finite_update(tiny):
     assert update_size_warning(metrics) is None
 
 
-def test_a_bf16_policy_at_lr_1e6_is_named(tiny):
+def test_a_bf16_policy_at_lr_1e6_is_named_under_torchs_adamw_and_moves_under_stochastic_rounding(tiny):
     model, tokenizer = tiny
     policy = copy.deepcopy(model).to(torch.bfloat16)
     learner = Learner(policy, tokenizer, AlgorithmConfig(), TrainConfig(lr=1e-6), temperature=1.0, autocast_bf16=False)
-    metrics = learner.update(batch_of_groups())
+    assert isinstance(learner.optimizer, StochasticRoundingAdamW)  # the learner's own choice for bf16 weights
+    before = {name: p.detach().float().clone() for name, p in policy.named_parameters()}
+    for _ in range(10):
+        metrics = learner.update(batch_of_groups())
+    assert metrics["update/stochastic_rounding"] == 1.0 and update_size_warning(metrics) is None
+    moved = sum((p.detach().float() != before[n]).sum().item() for n, p in policy.named_parameters())
+    assert moved > 0.05 * sum(p.numel() for p in policy.parameters())  # ten updates at lr 1e-6 move bf16 weights
+
+    learner.optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-6)
+    metrics = learner.update(batch_of_groups())  # torch's AdamW on bf16 weights: the failure the guard names
     assert metrics["update/changed_share"] < 0.1 and metrics["update/low_precision"] == 1.0
+    assert metrics["update/stochastic_rounding"] == 0.0
     warning = update_size_warning(metrics)
     assert warning is not None and "bf16" in warning

@@ -34,7 +34,7 @@ from r3l.learner.batching import (
 )
 from r3l.learner.checkpoint import OPTIMIZER_FILE
 from r3l.learner.device_sums import Sums, host_floats, sums_on_host
-from r3l.learner.optimizer import build_optimizer
+from r3l.learner.optimizer import StochasticRoundingAdamW, build_optimizer
 from r3l.learner.ranks import OneProcess, Ranks, backward_adding_nothing
 from r3l.learner.schedule import make_scheduler
 from r3l.learner.update_size import WeightSample, update_metrics
@@ -401,6 +401,7 @@ class Learner:
         metrics.update(update_metrics(update_sums, self.optimizer.param_groups[0]["lr"]))
         if "update/changed_share" in metrics:
             metrics["update/low_precision"] = float(self.weight_sample.low_precision)
+            metrics["update/stochastic_rounding"] = float(isinstance(self.optimizer, StochasticRoundingAdamW))
         for prefix in {part.prefix for part in plan.parts}:
             tokens = sums.pop(f"{prefix}tokens", 0.0)
             for key in [k for k in sums if k.startswith(f"{prefix}token:")]:

@@ -113,6 +113,8 @@ def update_size_warning(metrics: Mapping[str, float], threshold: float = SMALL_C
     share = metrics.get("update/changed_share")
     if share is None or share >= threshold or metrics.get("nonfinite_update") or not metrics.get("grad_norm"):
         return None
+    if metrics.get("update/stochastic_rounding"):  # a weight moves by a whole bf16 step with the update's odds:
+        return None  # few change in one update, and the update is kept on average (r3l/learner/optimizer.py)
     lr, ratio = metrics.get("lr", 0.0), metrics.get("update/lr_over_weight_rms")
     if metrics.get("update/low_precision"):
         cause = (
