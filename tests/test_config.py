@@ -82,7 +82,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
             ["train", "algorithm.advantage=nope", "model=tiny-random", "env=countdown"],
             "unknown advantage function 'nope'",
         ),
-        (["eval", "model=./no/such/dir"], "unknown model"),
+        (["eval", "model=./no/such/dir"], "model folder './no/such/dir' does not exist"),
         (["train", "--resume", "/nonexistent/run"], "not a run directory"),
         (["report", "/nonexistent/run"], "not a directory"),
         # typer's own usage errors, once a box titled "Error", now in r3l's style

@@ -37,7 +37,8 @@ def test_an_environment_gets_replies_long_enough_for_its_answers_unless_told_oth
     assert load_config(None, []).sampling.max_new_tokens == 24
     assert load_config(None, ["env=function_calling"]).sampling.max_new_tokens == 128
     assert load_config(None, ["env=gsm"]).sampling.max_new_tokens == 512
-    assert load_config(None, ["env=countdown"]).sampling.max_new_tokens == 24  # no preset: the shipped file's
+    assert load_config(None, ["env=countdown"]).sampling.max_new_tokens == 64  # its answer after a little working
+    assert load_config(None, ["env=dataset"]).sampling.max_new_tokens == 24  # no preset: the shipped file's
     both = load_config(None, [f"model={QWEN}", "env=function_calling"])
     assert (both.sampling.max_new_tokens, both.train.lr) == (128, 1e-6)
     assert load_config(None, ["env=function_calling", "sampling.max_new_tokens=40"]).sampling.max_new_tokens == 40

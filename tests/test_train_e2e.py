@@ -25,6 +25,7 @@ RECORD_FIELDS = {
     "text",
     "meta",
     "objective",
+    "segments",
 }
 TINY = [
     "model=tiny-random",
