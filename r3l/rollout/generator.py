@@ -20,6 +20,7 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    stop_at_json_close: bool = False  # end a row once its text holds a complete JSON object (a report)
 
 
 @dataclass

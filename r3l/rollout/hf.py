@@ -11,13 +11,17 @@ from typing import Annotated, Literal
 import torch
 from pydantic import Field
 
-from r3l.models.cache import cache_of, with_cache
+from r3l.logging.progress import console
+from r3l.models.cache import RoomyLayer, cache_of, roomy_cache, with_cache
 from r3l.rollout.constraints import Constrainer, Follower
 from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
+from r3l.rollout.json_close import json_object_end
+from r3l.rollout.prefix_cache import Entry, PrefixStore
 from r3l.rollout.seeds import RowDraws, row_seeds
 from r3l.rollout.static_decode import StaticDecoder
 
 DECODE_MODES = ("dynamic", "static", "compiled")
+GIB = 1 << 30
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams, uniforms: Callable[[], torch.Tensor]):
@@ -75,6 +79,17 @@ class HFGenerator(Generator):
                 "compiled (static + torch.compile, CUDA graphs on a GPU)"
             ),
         ] = "dynamic",
+        kv_cache: Annotated[
+            bool,
+            Field(
+                description="keep each row's keys and values after a call; a later prompt that starts with the "
+                "same tokens (an episode's next turn, a retry from the pivot) prefills only what follows "
+                "(dynamic decode only)"
+            ),
+        ] = True,
+        kv_cache_bytes: Annotated[
+            int, Field(gt=0, description="memory the kept keys and values may take; least recently used go first")
+        ] = 2 * GIB,
     ):
         if decode not in DECODE_MODES:
             raise ValueError(f"decode must be one of {DECODE_MODES}, not {decode!r}")
@@ -86,6 +101,13 @@ class HFGenerator(Generator):
         self.stop_token_ids = stop_token_ids(model, tokenizer)
         self.static = StaticDecoder(self.model, compiled=decode == "compiled") if decode != "dynamic" else None
         self._constrainer: Constrainer | None = None
+        full_attention = all(
+            kind == "full_attention"
+            for kind in getattr(self.model.config.get_text_config(decoder=True), "layer_types", None) or ()
+        )
+        self.roomy = full_attention  # sliding-window layers keep transformers' own cache, and nothing is kept
+        self.store = PrefixStore(kv_cache_bytes) if kv_cache and full_attention else None
+        self._warned_eviction = False
         self._stats = {
             "generated_tokens": 0,
             "generate_seconds": 0.0,
@@ -96,6 +118,7 @@ class HFGenerator(Generator):
             "decode_kv_positions": 0,
             "decode_seconds": 0.0,
             "constraint_breaks": 0,
+            "kv_reused_positions": 0,
         }
 
     def sync_weights(self, state_dict) -> None:
@@ -106,10 +129,18 @@ class HFGenerator(Generator):
         with torch.no_grad():
             for name, target in own.items():
                 target.copy_(state_dict[name].to(target.device))
+        if self.store is not None:
+            self.store.clear()  # kept keys and values belong to the old weights
+
+    def release_memory(self) -> None:
+        if self.store is not None:
+            self.store.clear()
 
     @property
     def stats(self) -> dict[str, float]:
-        return dict(self._stats)
+        store = self.store
+        kept = {"kv_cache_bytes": store.bytes if store else 0, "kv_cache_evictions": store.evictions if store else 0}
+        return {**self._stats, **kept}
 
     @property
     def constrainer(self) -> Constrainer:
@@ -161,10 +192,18 @@ class HFGenerator(Generator):
         self.constrainer.apply(logits, bitmask)
         return logits
 
-    @torch.inference_mode()
-    def _generate_chunk(
-        self, prompts, params: SamplingParams, n: int, draws: RowDraws, followers: list[Follower | None] | None = None
-    ):
+    def _reusable(self, prompt: Sequence[int]) -> tuple[Entry | None, int]:
+        """The kept entry sharing the longest prefix with `prompt` and how many of its positions can be reused (the
+        prompt's last position is always fed: its logits start the decode)."""
+        if self.store is None:
+            return None, 0
+        entry, shared = self.store.longest(prompt)
+        return entry, min(shared, len(prompt) - 1)
+
+    def _prefill(self, prompts, room: int):
+        """Forward the prompts, left-padded to one width, reusing kept keys and values: only the last `fed` columns
+        are forwarded, where `fed` is the most positions any row lacks; each row's earlier positions are copied
+        from its entry. Returns (cache, last logits, attention mask, positions)."""
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -174,12 +213,66 @@ class HFGenerator(Generator):
             attention[row, width - len(prompt) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        started = time.perf_counter()
+        hits = [self._reusable(prompt) for prompt in prompts]
+        fed = max(len(prompt) - reused for prompt, (_, reused) in zip(prompts, hits))
+        cache = roomy_cache(self.model, width + room) if self.roomy else None
+        if fed < width:
+            self._place(cache, prompts, hits, width, fed)
         output = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
+            input_ids=input_ids[:, width - fed :],
+            attention_mask=attention,
+            position_ids=positions[:, width - fed :],
+            use_cache=True,
+            logits_to_keep=1,
+            **({} if cache is None else with_cache(self.model, cache)),
         )
-        cache = cache_of(output)
-        logits = output.logits[:, -1, :]
+        self._stats["prefill_positions"] += len(prompts) * fed
+        self._stats["kv_reused_positions"] += sum(max(len(prompt) - fed, 0) for prompt in prompts)
+        return cache_of(output), output.logits[:, -1, :], attention, positions
+
+    def _place(self, cache, prompts, hits: list[tuple[Entry | None, int]], width: int, fed: int) -> None:
+        """Copy each row's kept keys and values for the columns before the last `fed` into the new cache."""
+        kv = next(entry.kv for entry, reused in hits if entry is not None and reused)
+        _, _, heads, _, head_dim = kv.shape
+        for index, layer in enumerate(cache.layers):
+            layer.reserve(len(prompts), heads, head_dim, kv.dtype, self.device)
+            for row, (prompt, (entry, _)) in enumerate(zip(prompts, hits)):
+                kept = len(prompt) - fed
+                if entry is not None and kept > 0:
+                    layer.buffers[0][row, :, width - len(prompt) : width - fed] = entry.kv[index, 0, :, :kept]
+                    layer.buffers[1][row, :, width - len(prompt) : width - fed] = entry.kv[index, 1, :, :kept]
+            layer.length = width - fed
+            layer._view()
+
+    def _keep(self, cache, index: int, first_column: int, tokens: list[int]) -> None:
+        """Store batch row `index`'s keys and values (columns from `first_column` on), computed for `tokens`."""
+        if self.store is None or not tokens:
+            return
+        layers = cache.layers
+        assert all(isinstance(layer, RoomyLayer) for layer in layers)
+        row = [torch.stack((k.keys[index, :, first_column:], k.values[index, :, first_column:])) for k in layers]
+        kv = torch.stack(row)
+        if kv.shape[3] != len(tokens):
+            raise RuntimeError(f"kept {kv.shape[3]} positions for {len(tokens)} tokens")  # a bug, never a user's error
+        evicted = self.store.evictions
+        self.store.put(tokens, kv)
+        if self.store.evictions > evicted and not self._warned_eviction:
+            self._warned_eviction = True
+            console.print(
+                f"generator: the kept keys and values reached generator.kv_cache_bytes ({self.store.capacity_bytes:,} "
+                "bytes); the least recently used are dropped and prefilled again when asked for (counted in "
+                "kv_cache_evictions; raise the setting if memory allows)",
+                markup=False,
+                highlight=False,
+            )
+
+    @torch.inference_mode()
+    def _generate_chunk(
+        self, prompts, params: SamplingParams, n: int, draws: RowDraws, followers: list[Follower | None] | None = None
+    ):
+        started = time.perf_counter()
+        cache, logits, attention, positions = self._prefill(prompts, params.max_new_tokens)
+        width = attention.shape[1]
         if n > 1:
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
@@ -187,32 +280,39 @@ class HFGenerator(Generator):
             positions = positions.repeat_interleave(n, dim=0)
         rows = torch.arange(attention.shape[0], device=self.device)
         next_position = positions[:, -1] + 1
-        self._stats["prefill_positions"] += input_ids.numel()
         self._stats["prefill_seconds"] += time.perf_counter() - started
         started = time.perf_counter()
         tokens: list[list[int]] = [[] for _ in range(len(rows))]
         logprobs: list[list[float]] = [[] for _ in range(len(rows))]
         finished: dict[int, str] = {}
+        kept_rows: set[int] = set()
+
+        def keep(index: int, row: int) -> None:
+            prompt = list(prompts[row // n])
+            self._keep(cache, index, width - len(prompt), prompt + tokens[row][:-1])
+            kept_rows.add(row)
+
         for step in range(params.max_new_tokens):
             live = rows.tolist()
             if followers is not None:
                 logits = self._constrain(logits, live, followers)
             chosen, chosen_logprobs = sample_next(logits, params, partial(draws.uniform, live))
-            keep = []
+            keep_index_list = []
             # one device-to-host copy of each per step (not one per row: on a GPU each is a sync)
             for index, (row, token, logprob) in enumerate(zip(live, chosen.tolist(), chosen_logprobs.tolist())):
                 if followers is not None and followers[row] is not None and not followers[row].broken:
                     followers[row].accept(token)
                 tokens[row].append(token)
                 logprobs[row].append(logprob)
-                if token in self.stop_token_ids or self._hit_stop_string(tokens[row], params.stop):
+                if token in self.stop_token_ids or self._hit_stop(tokens[row], params):
                     finished[row] = "stop"
+                    keep(index, row)
                 else:
-                    keep.append(index)
-            if not keep or step == params.max_new_tokens - 1:
+                    keep_index_list.append(index)
+            if not keep_index_list or step == params.max_new_tokens - 1:
                 break
-            if len(keep) < len(rows):
-                keep_index = torch.tensor(keep, device=self.device)
+            if len(keep_index_list) < len(rows):
+                keep_index = torch.tensor(keep_index_list, device=self.device)
                 cache.batch_select_indices(keep_index)
                 rows, chosen = rows[keep_index], chosen[keep_index]
                 attention, next_position = attention[keep_index], next_position[keep_index]
@@ -230,6 +330,9 @@ class HFGenerator(Generator):
             self._stats["decode_steps"] += 1
             self._stats["decode_rows"] += len(rows)
             self._stats["decode_kv_positions"] += attention.numel()
+        for index, row in enumerate(rows.tolist()):
+            if row not in kept_rows:
+                keep(index, row)
         self._stats["decode_seconds"] += time.perf_counter() - started
         for row, completion in self._completions(tokens, logprobs, finished):
             if followers is not None and followers[row] is not None:
@@ -238,7 +341,6 @@ class HFGenerator(Generator):
             yield row, completion
 
     def _generate_chunk_static(self, static: StaticDecoder, prompts, params: SamplingParams, n: int, draws: RowDraws):
-        stop = params.stop
         result = static.run(
             prompts,
             n,
@@ -246,7 +348,7 @@ class HFGenerator(Generator):
             params,
             sample_next,
             draws,
-            lambda tokens: tokens[-1] in self.stop_token_ids or self._hit_stop_string(tokens, stop),
+            lambda tokens: tokens[-1] in self.stop_token_ids or self._hit_stop(tokens, params),
         )
         for key, value in result.counters.items():
             self._stats[key] += value
@@ -259,8 +361,12 @@ class HFGenerator(Generator):
             text = self.tokenizer.decode(row_tokens, skip_special_tokens=True)
             yield row, Completion(row_tokens, row_logprobs, text, finished.get(row, "length"))
 
-    def _hit_stop_string(self, tokens: list[int], stop: tuple[str, ...]) -> bool:
-        if not stop:
-            return False
-        tail = self.tokenizer.decode(tokens[-8:], skip_special_tokens=False)
-        return any(s in tail for s in stop)
+    def _hit_stop(self, tokens: list[int], params: SamplingParams) -> bool:
+        """A stop string in the last tokens' text, or (`params.stop_at_json_close`) a first JSON object closed."""
+        if params.stop:
+            tail = self.tokenizer.decode(tokens[-8:], skip_special_tokens=False)
+            if any(s in tail for s in params.stop):
+                return True
+        if params.stop_at_json_close and "}" in self.tokenizer.decode(tokens[-1:], skip_special_tokens=False):
+            return json_object_end(self.tokenizer.decode(tokens, skip_special_tokens=True)) is not None
+        return False

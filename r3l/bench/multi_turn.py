@@ -1,0 +1,240 @@
+"""Section `multi_turn`: what keeping each episode's keys and values across its turns (`generator.kv_cache`) saves
+on long episodes, and decode speed at long contexts.
+
+Episodes of 5, 10, 20 and 40 turns on TextWorldExpress and GuessTheNumber, with no early stop (every episode
+plays its turns unless the game ends), played with the cache off and on in one run, the modes alternating over
+`repeats`: wall time per episode, positions prefilled and tokens decoded per episode, and the time of a turn
+(one generation call for all episodes in flight) at turn 1 and at turn 20. Then decode efficiency (weight + KV
+bytes read / decode time / measured copy bandwidth, as the `limits` section computes it) at 2k and 4k tokens of
+context, with the decode cache that grows in place against transformers' DynamicCache (a copy of the whole cache
+per step, the decode loop before). The vLLM side (prefix caching) is not measured here yet: one line says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from r3l.bench.flops import ModelShape, decode_bytes, utilization
+from r3l.bench.machine import copy_bandwidth
+from r3l.bench.registry import BenchContext, SectionResult, section
+from r3l.bench.stats import median_ratio, spread, spread_cell
+from r3l.bench.train_steps import with_overrides
+from r3l.config import Config
+from r3l.rollout.generator import Completion, Constraints, Generator, SamplingParams
+
+TURNS = (5, 10, 20, 40)
+EPISODES = 8  # episodes in flight, one generation call per turn for all of them (issue 52's reference batch)
+MAX_NEW_TOKENS = 24
+WORKLOADS = {
+    "textworld_express coin": ["env=textworld_express", "env.args.games=[coin]"],
+    "GuessTheNumber": ["env=textarena:GuessTheNumber-v0", "env.args.distinct_games=false", "env.args.train_size=8"],
+}
+MODES = ("off", "on")
+LONG_CONTEXTS = (2048, 4096)
+LONG_ROWS = 4
+LONG_STEPS = 32
+
+
+class TimedTurns(Generator):
+    """Passes calls through, timing each: the runner makes one call per turn."""
+
+    def __init__(self, inner: Generator):
+        self.inner = inner
+        self.seconds: list[float] = []
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1, constraints: Constraints = None
+    ) -> list[list[Completion]]:
+        started = time.perf_counter()
+        out = self.inner.generate(prompts, params, n, constraints)
+        self.seconds.append(time.perf_counter() - started)
+        return out
+
+    @property
+    def stats(self) -> dict[str, float]:
+        return self.inner.stats
+
+
+def play(config: Config, generator: Generator, tokenizer, tasks: list, turns: int) -> dict[str, Any]:
+    """One batch of EPISODES episodes of up to `turns` turns; its figures per episode."""
+    from r3l.agent.episodes import EpisodeRunner, EpisodeStart
+    from r3l.build import agent_limits, env_factory, sampling_params
+    from r3l.rollout.chat import PromptFormat
+
+    timed = TimedTurns(generator)
+    runner = EpisodeRunner(
+        env_factory(config), timed, tokenizer, PromptFormat.from_config(config.env), agent_limits(config)
+    )
+    before = generator.stats
+    started = time.perf_counter()
+    try:
+        episodes = runner.run([EpisodeStart(task) for task in tasks], sampling_params(config, seed=config.run.seed))
+    finally:
+        runner.close()
+    wall = time.perf_counter() - started
+    after = generator.stats
+    count = len(episodes)
+    return {
+        "wall_seconds_per_episode": wall / count,
+        "turns_per_episode": sum(e.num_steps for e in episodes) / count,
+        "prefilled_per_episode": (after["prefill_positions"] - before["prefill_positions"]) / count,
+        "decoded_per_episode": (after["generated_tokens"] - before["generated_tokens"]) / count,
+        "turn_1_seconds": timed.seconds[0],
+        "turn_20_seconds": timed.seconds[19] if len(timed.seconds) >= 20 else None,
+    }
+
+
+def episode_config(config: Config, overrides: Sequence[str], turns: int) -> Config:
+    return with_overrides(
+        config,
+        [
+            *overrides,
+            f"env.args.max_steps={turns}",
+            f"agent.max_turns={turns}",
+            "agent.terminate_on=[]",
+            "agent.max_context_tokens=16384",
+            f"sampling.max_new_tokens={MAX_NEW_TOKENS}",
+            "sampling.temperature=0",  # greedy: both modes play the same episodes (sampled turns differ in bf16)
+        ],
+    )
+
+
+def measure_episodes(config: Config, repeats: int, turns_list: Sequence[int]) -> dict[str, Any]:
+    from r3l.build import env_factory, generator_dtype, load_model
+    from r3l.rollout.hf import HFGenerator
+
+    model, tokenizer = load_model(config)
+    dtype = getattr(torch, generator_dtype(config))
+    generators = {mode: HFGenerator(model, tokenizer, dtype=dtype, kv_cache=mode == "on") for mode in MODES}
+    probe = env_factory(config)()
+    tasks = list(probe.tasks("train"))[:EPISODES]
+    getattr(probe, "close", lambda: None)()
+    for mode in MODES:  # warm-up: first calls, simulators started
+        play(episode_config(config, [], 2), generators[mode], tokenizer, tasks, 2)
+    figures: dict[str, Any] = {}
+    for turns in turns_list:
+        runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
+        for _ in range(repeats):
+            for mode in MODES:
+                runs[mode].append(play(episode_config(config, [], turns), generators[mode], tokenizer, tasks, turns))
+        row: dict[str, Any] = {}
+        for mode, records in runs.items():
+            row[mode] = {
+                key: spread([r[key] for r in records]) for key in records[0] if all(r[key] is not None for r in records)
+            }
+        row["speedup"] = median_ratio(row["off"]["wall_seconds_per_episode"], row["on"]["wall_seconds_per_episode"])
+        figures[str(turns)] = row
+    return figures
+
+
+def long_context_decode(config: Config) -> dict[str, Any]:
+    """Decode efficiency at long contexts, the decode cache growing in place ('in place') against transformers'
+    DynamicCache ('concatenating')."""
+    from r3l.build import generator_dtype, load_model, resolve_device
+    from r3l.rollout.hf import HFGenerator
+
+    model, tokenizer = load_model(config)
+    dtype = getattr(torch, generator_dtype(config))
+    shape = ModelShape.from_config(model.config)
+    bandwidth = copy_bandwidth(resolve_device(config.model.device))["bytes_per_s"]
+    generators = {}
+    for mode in ("concatenating", "in place"):
+        generator = HFGenerator(model, tokenizer, dtype=dtype, kv_cache=False)
+        generator.roomy = mode == "in place"
+        generators[mode] = generator
+    params = SamplingParams(temperature=0.0, max_new_tokens=LONG_STEPS)
+    stop = generators["in place"].stop_token_ids
+    out: dict[str, Any] = {}
+    for context in LONG_CONTEXTS:
+        drawn = torch.randint(100, shape.vocab - 100, (LONG_ROWS, context), generator=torch.Generator().manual_seed(0))
+        prompts = [[t for t in row.tolist() if t not in stop] for row in drawn]
+        row: dict[str, Any] = {}
+        for mode, generator in generators.items():
+            before = generator.stats
+            generator.generate(prompts, params)
+            after = generator.stats
+            counts = {key: after[key] - before[key] for key in ("decode_steps", "decode_kv_positions")}
+            seconds = after["decode_seconds"] - before["decode_seconds"]
+            read = decode_bytes(shape, counts["decode_steps"], counts["decode_kv_positions"], dtype.itemsize)
+            row[mode] = {
+                "decode_efficiency": utilization(read, seconds, bandwidth),
+                "step_seconds": seconds / max(counts["decode_steps"], 1),
+            }
+        row["gain"] = row["in place"]["decode_efficiency"] / max(row["concatenating"]["decode_efficiency"], 1e-12)
+        out[str(context)] = row
+    return out
+
+
+def vllm_line() -> str:
+    return "vLLM (prefix caching): not measured by this section yet; `r3l bench generator=vllm` measures its decode."
+
+
+@section("multi_turn", order=45, title="Multi-turn episodes: keys and values kept across turns")
+def multi_turn(ctx: BenchContext) -> SectionResult:
+    from r3l.envs import env_class
+    from r3l.errors import UserError
+
+    repeats = max(1, ctx.repeats)
+    workloads: dict[str, Any] = {}
+    for label, overrides in WORKLOADS.items():
+        try:
+            config = with_overrides(ctx.config, overrides)
+            env_class(config.env.name)
+        except UserError as error:  # an optional package (textarena) that is not installed
+            workloads[label] = {"skipped": str(error)}
+            continue
+        workloads[label] = measure_episodes(config, repeats, TURNS)
+    data = {
+        "model": ctx.config.model.name,
+        "episodes": EPISODES,
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "repeats": repeats,
+        "workloads": workloads,
+        "long_context_decode": long_context_decode(ctx.config),
+        "vllm": vllm_line(),
+    }
+    return SectionResult(data, table(data))
+
+
+def table(data: dict) -> str:
+    cell = lambda figures: spread_cell(figures, ".2f")  # noqa: E731
+    lines = [
+        f"Model {data['model']}; {data['episodes']} episodes in flight, up to {data['max_new_tokens']} tokens a reply, "
+        f"no early stops; {data['repeats']} batches per mode, the modes alternating; medians [min, max].",
+        "",
+        "| workload | turns | cache | s / episode | turns played | prefilled / episode | decoded / episode | "
+        "turn 1 s | turn 20 s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, sizes in data["workloads"].items():
+        if "skipped" in sizes:
+            lines.append(f"| {label} | skipped: {sizes['skipped']} | | | | | | | |")
+            continue
+        for turns, row in sizes.items():
+            for mode in MODES:
+                figures = row[mode]
+                turn_20 = cell(figures["turn_20_seconds"]) if "turn_20_seconds" in figures else "-"
+                lines.append(
+                    f"| {label} | {turns} | {mode} | {cell(figures['wall_seconds_per_episode'])} | "
+                    f"{figures['turns_per_episode']['median']:.1f} | "
+                    f"{figures['prefilled_per_episode']['median']:.0f} | "
+                    f"{figures['decoded_per_episode']['median']:.0f} | {cell(figures['turn_1_seconds'])} | {turn_20} |"
+                )
+            lines.append(f"| {label} | {turns} | off / on | **{row['speedup']:.2f}x** | | | | | |")
+    lines += [
+        "",
+        "| context | decode cache | decode efficiency | s / step |",
+        "|---|---|---|---|",
+    ]
+    for context, row in data["long_context_decode"].items():
+        for mode in ("concatenating", "in place"):
+            lines.append(
+                f"| {context} | {mode} | {row[mode]['decode_efficiency']:.1%} | {row[mode]['step_seconds']:.3f} |"
+            )
+        lines.append(f"| {context} | in place / concatenating | **{row['gain']:.2f}x** | |")
+    lines += ["", data["vllm"]]
+    return "\n".join(lines) + "\n"
