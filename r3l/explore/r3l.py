@@ -38,7 +38,7 @@ from r3l.reflection.guidance import (
     reflection_prompt,
 )
 from r3l.reflection.report import REPORT_PARSERS, Report, ReportError, ReportStats, needs_retry, outcome_agreement
-from r3l.reflection.report_schema import fitting_field_chars, report_constraint
+from r3l.reflection.report_schema import fitting_field_chars, report_constraint, verdict_outcomes
 from r3l.rollout.chat import renders_later_system_messages
 from r3l.rollout.conversation import TokenConversation
 from r3l.rollout.generator import Completion
@@ -271,7 +271,9 @@ class R3LStrategy(Strategy):
             if c.report_field_chars is None
             else [
                 report_constraint(
-                    run.episode.num_steps, fitting_field_chars(c.report_field_chars, s.reflection_max_new_tokens)
+                    run.episode.num_steps,
+                    fitting_field_chars(c.report_field_chars, s.reflection_max_new_tokens),
+                    verdict_outcomes(run.episode.success if s.show_verdict else None),
                 )
                 for run in chosen
             ]
