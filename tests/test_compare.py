@@ -13,7 +13,6 @@ import pytest
 
 from r3l.compare.budget import arms_under_budget, budget_arm, check_budget, merged_budget, reference_cost
 from r3l.compare.notes import code_note, differing_settings, machine_note
-from r3l.envs.overlap import overlap_counts
 from r3l.compare.plan import Arm, Budget, RunSpec, make_arms, plan_runs
 from r3l.compare.plot import curves, dumbbells, figure, wrapped
 from r3l.compare.run import overlap_note, parse_seeds
@@ -21,6 +20,7 @@ from r3l.compare.stats import difference_interval, paired_difference, seed_level
 from r3l.compare.summary import Cost, Evaluation, RunResult, evaluation, read_run
 from r3l.compare.table import tables
 from r3l.envs import Task
+from r3l.envs.overlap import overlap_counts
 from r3l.errors import UserError
 from tests.conftest import run_cli
 
