@@ -70,14 +70,14 @@ def test_idle_ranks_outlast_the_collective_timeout_between_commands(tiny):
         [
             "model=tiny-random",
             "distributed.learner_ranks=2",
-            "distributed.worker_timeout_s=6",
+            "distributed.worker_timeout_s=15",  # the ranks' start-up broadcast must fit it on a loaded machine
             "train.micro_batch_size=1",
             "model.autocast_bf16=false",
         ],
     )
     group = LearnerGroup(config, model.float(), tokenizer, None, ["cpu", "cpu"])
     try:
-        time.sleep(9.0)
+        time.sleep(20.0)  # longer than the collective timeout
         batch = experiences(model.config.vocab_size)
         metrics = group.update(batch)
         assert metrics["trained_tokens"] > 0 and metrics["nonfinite_update"] == 0.0
