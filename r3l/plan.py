@@ -234,7 +234,8 @@ def memory_parts(shape: Shape, layout: Layout, device_gib: float) -> dict[str, f
     if layout.generator == "vllm":
         parts["vLLM (its share of the device)"] = layout.vllm_share * device_gib * GIB
     else:
-        kv = 2 * shape.layers * shape.kv_heads * shape.dim * layout.context * layout.decoded_at_once
+        # x2: the decode cache's buffers double when full (r3l/models/cache.py), so they hold up to twice the context
+        kv = 2 * shape.layers * shape.kv_heads * shape.dim * layout.context * layout.decoded_at_once * 2
         parts["generator copy + KV cache"] = (total + kv) * layout.generator_bytes
     if layout.device == "cpu":
         parts["CPU runtime (torch, transformers, tokenizer)"] = CPU_RUNTIME_GIB * GIB
