@@ -122,3 +122,16 @@ def test_weights_travel_to_an_engine_apart_in_chunks_that_rebuild_them():
     rebuilt = [pair for chunk in chunks for pair in unpack(*chunk)]
     assert [name for name, _ in rebuilt] == [name for name, _ in weights]
     assert all(torch.equal(x, y) and x.dtype == y.dtype for (_, x), (_, y) in zip(rebuilt, weights))
+
+
+def test_environment_while_sets_names_inside_and_restores_them_after_an_error(monkeypatch):
+    import os
+
+    from r3l.rollout.visible_devices import environment_while
+
+    monkeypatch.setenv("R3L_KEPT", "before")
+    monkeypatch.delenv("R3L_NEW", raising=False)
+    with pytest.raises(RuntimeError), environment_while({"R3L_KEPT": "during", "R3L_NEW": "1"}):
+        assert (os.environ["R3L_KEPT"], os.environ["R3L_NEW"]) == ("during", "1")
+        raise RuntimeError("the child failed to start")
+    assert os.environ["R3L_KEPT"] == "before" and "R3L_NEW" not in os.environ

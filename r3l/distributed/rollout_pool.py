@@ -17,7 +17,6 @@ from r3l.distributed.placement import (
     Placement,
     colliding_workers,
     learner_gpus,
-    physical_gpu_ids,
     plan_for,
     worker_config,
     worker_env,
@@ -26,6 +25,7 @@ from r3l.distributed.rollout_worker import RolloutWorker
 from r3l.distributed.sharding import merge_shard_metrics, moved_twins, twin_shards
 from r3l.errors import RunStopped, UserError
 from r3l.logging import console
+from r3l.rollout.visible_devices import environment_while, physical_gpu_ids
 
 if TYPE_CHECKING:
     from r3l.distributed.weight_stream import WeightStream
@@ -96,12 +96,10 @@ class RolloutPool:
         wanted = math.ceil(self.settings.rollout_workers * self.settings.worker_cpus)
         gpus = self.placement.ray_gpus if local else None
         shown = {"CUDA_VISIBLE_DEVICES": ",".join(physical_gpu_ids(gpus))} if gpus is not None else {}
-        saved = {name: os.environ.get(name) for name in shown}
-        os.environ.update(shown)
         # Ray >= 2.50 says at each local start that it turned token authentication on (its default, kept): a
         # banner about Ray's own security default, not about this run
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-        try:
+        with environment_while(shown):  # the raylet reads CUDA_VISIBLE_DEVICES once, as it starts
             self._ray.init(
                 address=self.settings.ray_address,
                 include_dashboard=False,
@@ -116,12 +114,6 @@ class RolloutPool:
                     }
                 },
             )
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
     def _agreed_dtype(self):
         """The dtype the weights are sent in: the workers' generators' (float32 where they differ; a CPU

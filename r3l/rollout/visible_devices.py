@@ -1,8 +1,11 @@
-"""The machine's own ids of this process's GPUs (what a child process must be shown to see the same ones)."""
+"""What a child process must be shown to see the right GPUs: the machine's own ids of this process's GPUs, and
+environment variables set only while the child starts."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 
 def physical_gpu_ids(indices: tuple[int, ...], visible: str | None = None) -> list[str]:
@@ -13,3 +16,19 @@ def physical_gpu_ids(indices: tuple[int, ...], visible: str | None = None) -> li
         return [str(index) for index in indices]
     ids = [part.strip() for part in visible.split(",") if part.strip()]
     return [ids[index] for index in indices]
+
+
+@contextmanager
+def environment_while(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in os.environ inside the block (a child process started there reads them), each name restored to
+    what it was (or removed) after it, also after an error."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

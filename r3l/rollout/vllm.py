@@ -31,6 +31,7 @@ from r3l.orphans import child_processes, stop_with_this_process
 from r3l.rollout.constraints import Constrainer, Constraint
 from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
 from r3l.rollout.seeds import row_seeds
+from r3l.rollout.visible_devices import environment_while
 from r3l.rollout.vllm_receiver import RECEIVER, weight_chunks
 
 MISSING = (
@@ -193,17 +194,8 @@ class VLLMGenerator(Generator):
         self.lora_rank = lora_rank
         self._adapter: Any = None  # the LoRARequest generation uses (None: the base weights alone)
         started_before = child_processes() if own_process else set()
-        shown = engine_visible_devices(policy_device, own_process)
-        saved = {name: os.environ.get(name) for name in shown}
-        os.environ.update(shown)  # read as the engine's process starts
-        try:
+        with environment_while(engine_visible_devices(policy_device, own_process)):  # read as the engine starts
             self.llm = vllm.LLM(model=folder, **settings)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
         if own_process:  # an abort or kill -9 of this process would leave the engine running, holding its memory
             stop_with_this_process(child_processes() - started_before)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
