@@ -1,7 +1,8 @@
 """`r3l plan --device cpu` against the peak resident memory a real CPU run records (issue 51, deliverable 3).
 
 Each configuration is planned, then trained for 2 steps in a process of its own (`nice -n 5 r3l train`, run
-directories under /tmp/plan_check); the run's peak is the largest `peak_rss_mib` in its metrics.jsonl. Every row
+directories under runs/plan_check, relative to where it is started); the run's peak is the largest
+`peak_rss_mib` in its metrics.jsonl. Every row
 trains (`train.skip_zero_advantage=false`) so that the plan's bound can be reached; the multi-turn episodes run
 until their context is full (`agent.terminate_on=[]`, FrozenLake's moves never end the episode on a bad format).
 The second step is the one that counts: Adam's moments exist from the first update on.
@@ -63,7 +64,7 @@ def planned_gib(model: str, name: str) -> float:
 
 
 def measured_gib(model: str, name: str) -> float:
-    run_dir = Path("/tmp/plan_check") / f"{model}-{name}"
+    run_dir = Path("runs") / "plan_check" / f"{model}-{name}"  # relative: no run records a path of this machine
     shutil.rmtree(run_dir, ignore_errors=True)
     command = ["nice", "-n", "5", "r3l", "train", *overrides(model, name), f"run.dir={run_dir}"]
     subprocess.run(command, capture_output=True, text=True, check=True)
