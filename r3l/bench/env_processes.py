@@ -15,7 +15,7 @@ from typing import Any
 
 from r3l.bench.registry import BenchContext, SectionResult, section
 from r3l.bench.stats import median_ratio, spread, spread_cell
-from r3l.bench.train_steps import with_overrides
+from r3l.bench.train_steps import per_workload
 from r3l.config import Config
 
 ENVIRONMENTS = 4  # episodes in flight: environments in this process, or processes
@@ -86,19 +86,8 @@ def measure(config: Config, repeats: int) -> dict[str, Any]:
 
 @section("env_processes", order=40, title="Environments in processes: episode throughput")
 def env_processes(ctx: BenchContext) -> SectionResult:
-    from r3l.envs import env_class
-    from r3l.errors import UserError
-
     repeats = max(1, ctx.repeats)
-    workloads: dict[str, Any] = {}
-    for label, overrides in WORKLOADS.items():
-        try:
-            config = with_overrides(ctx.config, overrides)
-            env_class(config.env.name)
-        except UserError as error:  # an optional package (textarena) that is not installed
-            workloads[label] = {"skipped": str(error)}
-            continue
-        workloads[label] = measure(config, repeats)
+    workloads = per_workload(ctx.config, WORKLOADS, lambda config: measure(config, repeats))
     data = {"environments": ENVIRONMENTS, "tasks": TASKS, "repeats": repeats, "workloads": workloads}
     return SectionResult(data, table(data))
 

@@ -22,7 +22,7 @@ from r3l.bench.flops import ModelShape, decode_bytes, utilization
 from r3l.bench.machine import copy_bandwidth
 from r3l.bench.registry import BenchContext, SectionResult, section
 from r3l.bench.stats import median_ratio, spread, spread_cell
-from r3l.bench.train_steps import with_overrides
+from r3l.bench.train_steps import per_workload, with_overrides
 from r3l.config import Config
 from r3l.rollout.generator import Completion, Constraints, Generator, SamplingParams
 
@@ -175,19 +175,8 @@ def vllm_line() -> str:
 
 @section("multi_turn", order=45, title="Multi-turn episodes: keys and values kept across turns")
 def multi_turn(ctx: BenchContext) -> SectionResult:
-    from r3l.envs import env_class
-    from r3l.errors import UserError
-
     repeats = max(1, ctx.repeats)
-    workloads: dict[str, Any] = {}
-    for label, overrides in WORKLOADS.items():
-        try:
-            config = with_overrides(ctx.config, overrides)
-            env_class(config.env.name)
-        except UserError as error:  # an optional package (textarena) that is not installed
-            workloads[label] = {"skipped": str(error)}
-            continue
-        workloads[label] = measure_episodes(config, repeats, TURNS)
+    workloads = per_workload(ctx.config, WORKLOADS, lambda config: measure_episodes(config, repeats, TURNS))
     data = {
         "model": ctx.config.model.name,
         "episodes": EPISODES,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from r3l.bench.stats import spread
 from r3l.config import Config, apply_override, parse_override
@@ -16,6 +17,24 @@ def with_overrides(config: Config, overrides: Sequence[str]) -> Config:
     for override in overrides:
         apply_override(tree, *parse_override(override))
     return Config.model_validate(tree)
+
+
+def per_workload(config: Config, workloads: Mapping[str, Sequence[str]], measure: Callable[[Config], Any]) -> dict:
+    """label -> `measure` of `config` with each workload's overrides, or {"skipped": why} where the workload's
+    environment cannot be made here (an optional package, such as textarena, not installed)."""
+    from r3l.envs import env_class
+    from r3l.errors import UserError
+
+    results: dict[str, Any] = {}
+    for label, overrides in workloads.items():
+        try:
+            chosen = with_overrides(config, overrides)
+            env_class(chosen.env.name)
+        except UserError as error:
+            results[label] = {"skipped": str(error)}
+            continue
+        results[label] = measure(chosen)
+    return results
 
 
 def timed_steps(
