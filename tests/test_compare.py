@@ -150,15 +150,17 @@ def test_tables_read_seeds_as_the_unit(tmp_path):
     markdown, csv = tables([*grpo, *r3l], ["a note"])
     rows = markdown.splitlines()
     grpo_after = seed_level_interval([[1, 1, 0, 1, 0, 1, 1, 0], [1, 1, 1, 1, 0, 1, 0, 0], [1, 0, 1, 1, 0, 1, 1, 0]])
-    assert rows[2].startswith(f"| grpo | 1st try | 3 | 4 | 0.375 | 0.625 [{grpo_after.low:.3f}, {grpo_after.high:.3f}]")
-    assert rows[2].endswith("| 0.625 / 0.625 / 0.625 | - | 0.2 | 40 |")  # (4 x 2 s + 2 x 1 s) / 60; 4 x 10 tokens
-    assert "| r3l | 1st try | 2 | 4 |" in rows[3] and rows[3].endswith("| 120 |")
+    assert rows[2].startswith(
+        f"| grpo | 1st try | 3 | 4 | 4 steps | 0.375 | 0.625 [{grpo_after.low:.3f}, {grpo_after.high:.3f}]"
+    )
+    assert rows[2].endswith("| 0.625 / 0.625 / 0.625 | - | 0.2 | 40 | — |")  # (4 x 2 s + 2 x 1 s) / 60; 4 x 10 tokens
+    assert "| r3l | 1st try | 2 | 4 |" in rows[3] and rows[3].endswith("| 120 | — |")
     afters = [[1, 1, 0, 1, 0, 1, 1, 0], [1, 1, 1, 1, 0, 1, 0, 0], [1, 0, 1, 1, 0, 1, 1, 0]]
     change = difference_interval(afters, [BEFORE], second_fixed=True)  # one untrained model, as every seed saw
     assert f"+0.250 [{change.low:+.3f}, {change.high:+.3f}]" in rows[2]
     assert "seed as the unit" in markdown and "a note" in markdown
     assert "| grpo − r3l (1st try) |" in markdown
-    assert csv.splitlines()[0].startswith("arm,try,seeds,steps,before,")
+    assert csv.splitlines()[0].startswith("arm,try,seeds,steps,held equal,before,")
 
 
 def test_arms_whose_runs_of_a_seed_drew_the_same_tasks_are_compared_seed_by_seed(tmp_path):
@@ -391,7 +393,7 @@ def test_compare_two_configs_at_equal_steps_and_budget_and_rebuild_the_table(tmp
     chosen = run_cli("compare", "--out", "cmp", "--match-budget", "tokens", "--budget-for", " cheap,", cwd=tmp_path)
     assert chosen.returncode == 0 and "running" not in chosen.stdout
     assert json.loads((out / "compare.json").read_text())["budget"] == {**plan["budget"], "arms": ["cheap"]}
-    assert "arms marked @tokens are cheap (--budget-for) run again" in (out / "compare.md").read_text()
+    assert "arms marked @tokens are cheap (--budget-for) rerun from step 0" in (out / "compare.md").read_text()
     later = run_cli("compare", "--out", "cmp", "--table-only", cwd=tmp_path)  # no flag: the stored choice stays
     assert later.returncode == 0 and json.loads((out / "compare.json").read_text())["budget"]["arms"] == ["cheap"]
 

@@ -99,3 +99,53 @@ def arms_under_budget(
             continue
         out.append(budget_arm(arm, runs, budget, *steps[arm.label]))
     return out
+
+
+def rerun_divergence(equal_steps: RunResult, rerun: RunResult) -> tuple[int, int] | None:
+    """(problems whose first-try outcome differs, problems both answered) between an equal-steps run's final
+    evaluation and its budget rerun's evaluation at the same step: a rerun starts again from step 0, so it need
+    not pass through the equal-steps run. None where either evaluation is missing."""
+    after = equal_steps.after
+    at_same_step = rerun.evaluations.get(equal_steps.steps)
+    if after is None or at_same_step is None or not equal_steps.steps:
+        return None
+    first, second = after.outcomes.get("first", {}), at_same_step.outcomes.get("first", {})
+    common = [task for task in first if task in second]
+    return sum(first[task] != second[task] for task in common), len(common)
+
+
+def divergence_text(results: Sequence[RunResult], by: str) -> str:
+    """Per rerun arm, how many problems its runs answer otherwise than their equal-steps runs at the step those
+    ended ('grpo@tokens at step 20, seeds 0, 1, 2: 5/80, 3/80, 7/80 problems answered otherwise')."""
+    runs = {(r.label, r.seed): r for r in results}
+    parts = []
+    for label in dict.fromkeys(r.label for r in results if r.label.endswith(f"@{by}")):
+        base = label.removesuffix(f"@{by}")
+        read = []
+        for rerun in (r for r in results if r.label == label and (base, r.seed) in runs):
+            counts = rerun_divergence(runs[(base, rerun.seed)], rerun)
+            if counts is not None:
+                read.append((rerun.seed, runs[(base, rerun.seed)].steps, counts))
+        if read:
+            steps = "/".join(str(step) for step in sorted({step for _, step, _ in read}))
+            differ = ", ".join(f"{d}/{n}" for _, _, (d, n) in read)
+            seeds = ", ".join(str(seed) for seed, _, _ in read)
+            parts.append(f"{label} at step {steps}, seeds {seeds}: {differ} problems answered otherwise")
+    return "; ".join(parts)
+
+
+def budget_note(budget: Budget, results: Sequence[RunResult] = ()) -> str:
+    """Which arms were run again to the budget, as what they are: fresh runs from step 0, not continuations of
+    their equal-steps runs (with, where measured, how far their evaluations at that step differ from those)."""
+    assert budget.target is not None
+    unit = "generated tokens" if budget.by == "tokens" else "seconds"
+    which = f"{', '.join(budget.arms)} (--budget-for)" if budget.arms else "the cheaper arms"
+    divergence = divergence_text(results, budget.by)
+    return (
+        f"Equal budget: arms marked @{budget.by} are {which} rerun from step 0 (fresh runs, not continuations of "
+        f"their equal-steps runs), each on until it spent {budget.target:.0f} {unit} (the mean of "
+        f"{budget.reference}'s runs), evaluated at least every as many steps as their equal-steps run took; at "
+        "that step a rerun need not match the equal-steps run"
+        + (f" ({divergence} than by the equal-steps runs)" if divergence else "")
+        + ". Equal generated tokens are not equal trained positions (the table's last column)."
+    )

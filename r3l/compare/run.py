@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from r3l.compare.budget import arms_under_budget, check_budget, merged_budget, reference_cost
+from r3l.compare.budget import arms_under_budget, budget_note, check_budget, merged_budget, reference_cost
 from r3l.compare.mixing import marked, mixing, mixing_note, refusal
 from r3l.compare.notes import code_note, machine_note, settings_note
 from r3l.compare.plan import Budget, Plan, make_arms, plan_runs, read_plan, run_all, write_plan
@@ -191,7 +191,7 @@ def run_compare(
         results += read(extra)
     notes = [overlap_note(first), settings_note(results), code_note(results), machine_note(results)]
     if plan.budget is not None and plan.budget.target is not None:
-        notes.insert(0, budget_note(plan.budget))
+        notes.insert(0, budget_note(plan.budget, results))
     pooled = mixing(results)
     if pooled and not reading.allow_mixed:
         raise UserError(refusal(pooled))
@@ -203,13 +203,3 @@ def run_compare(
     (out / "compare.csv").write_text(csv)
     plot(results, out / "compare.png", reading.plot_x, reading.metric)
     return out, markdown, len(failed)
-
-
-def budget_note(budget: Budget) -> str:
-    unit = "generated tokens" if budget.by == "tokens" else "seconds"
-    which = f"{', '.join(budget.arms)} (--budget-for)" if budget.arms else "the cheaper arms"
-    return (
-        f"Equal budget: arms marked @{budget.by} are {which} run again, on until each run spent "
-        f"{budget.target:.0f} {unit} (the mean of {budget.reference}'s runs), evaluated at least every as many "
-        "steps as their equal-steps run took."
-    )

@@ -43,13 +43,16 @@ class Evaluation:
 @dataclass
 class Cost:
     """What a run spent over all its sessions: tokens generated for training (R3's failure set included),
-    seconds of steps, evaluations and setup, and step records (a step redone after a resume counts again)."""
+    seconds of steps, evaluations and setup, step records (a step redone after a resume counts again), and the
+    positions its learner ran forward and backward (`forward_positions`; None where no step recorded them: runs
+    made before the learner counted them)."""
 
     generated_tokens: float = 0.0
     seconds: float = 0.0
     step_records: int = 0
     setup_tokens: float = 0.0
     setup_seconds: float = 0.0
+    trained_positions: float | None = None
 
     def of(self, by: str) -> float:
         return self.generated_tokens if by == "tokens" else self.seconds
@@ -204,6 +207,7 @@ def _read_metrics(path: Path, result: RunResult, metric: str) -> None:
             cost.step_records += 1
             cost.seconds += record["step_seconds"]
             result.steps = max(result.steps, record["step"]) if not result.finished else result.steps
+            cost.trained_positions = trained_positions(cost.trained_positions, record)
         cost.generated_tokens += (record.get("generated_tokens") or 0.0) + (record.get("setup_generated_tokens") or 0.0)
         cost.setup_tokens += record.get("setup_generated_tokens") or 0.0
         cost.setup_seconds += record.get("setup_seconds") or 0.0
@@ -212,3 +216,13 @@ def _read_metrics(path: Path, result: RunResult, metric: str) -> None:
         if value is not None:
             points[record["step"]] = CurvePoint(record["step"], value, cost.generated_tokens, cost.seconds)
     result.curve = [points[step] for step in sorted(points)]
+
+
+def trained_positions(so_far: float | None, step: dict[str, Any]) -> float | None:
+    """The positions trained up to and including this step record: its `forward_positions` added. A step that
+    records none, where earlier ones did, trained none (the learner skipped every sample: zero advantage); None
+    until a step records them (a run made before the learner counted them has none to sum)."""
+    value = step.get("forward_positions")
+    if value is None:
+        return so_far
+    return (so_far or 0.0) + float(value)

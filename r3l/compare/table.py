@@ -35,6 +35,22 @@ INTERVAL_NOTE = (
 )
 
 
+UNRECORDED = "—"
+
+
+def budget_footnote(results: Sequence[RunResult]) -> str:
+    """What the budget columns hold, and why a cell of trained positions is empty where one is."""
+    text = (
+        "Budget: 'held equal' is what each run was run to (its steps, or the generated tokens of an arm run again "
+        "to another's cost); trained positions are the positions the "
+        "learner ran forward and backward (its forward_positions, summed over every step record; a step whose "
+        "samples were all skipped trains none). Equal generated tokens are not equal trained positions."
+    )
+    if any(r.cost.trained_positions is None for r in results if r.after is not None):
+        text += f" {UNRECORDED}: a run recorded no trained positions (made before the learner counted them)."
+    return text
+
+
 @dataclass
 class ArmRows:
     """One arm's finished runs, with the problems every one of them answered (in one order)."""
@@ -156,6 +172,7 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
         "try",
         "seeds",
         "steps",
+        "held equal",
         "before",
         "after [95%]",
         "change [95%]",
@@ -164,6 +181,7 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
         "format missed (after)",
         "wall min / run",
         "generated tokens / run",
+        "trained positions / run",
     ]
     rows = [header]
     changes: list[Difference | None] = []
@@ -188,6 +206,7 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
                     measure_label(measure, arm.runs),
                     str(count),
                     f"{sum(r.steps for r in arm.runs) / count:.0f}",
+                    held_budget(arm.runs),
                     fmt(before.mean if before else None),
                     interval_cell(estimate),
                     interval_cell(delta, signed=True),
@@ -196,9 +215,37 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
                     f"{sum(known) / len(known):.0%}" if known else "-",
                     f"{sum(r.cost.seconds for r in arm.runs) / count / 60:.1f}",
                     f"{sum(r.cost.generated_tokens for r in arm.runs) / count:.0f}",
+                    positions_cell(mean_positions(arm.runs)),
                 ]
             )
     return with_holm(rows, changes, header.index("p"))
+
+
+def held_budget(runs: Sequence[RunResult]) -> str:
+    """What the arm's runs were run to: a budget of generated tokens or seconds (train.budget_tokens /
+    budget_seconds: an arm run again to another arm's cost), else their number of steps."""
+    for key, unit in (("train.budget_tokens", "tokens"), ("train.budget_seconds", "s")):
+        values = [r.settings.get(key) for r in runs]
+        if all(isinstance(v, (int, float)) for v in values):
+            return f"{span(sorted(float(v) for v in values if v is not None))} {unit}"
+    return f"{span(sorted(float(r.steps) for r in runs))} steps"
+
+
+def span(values: Sequence[float]) -> str:
+    """'20' where the values agree, '20-22' where they differ."""
+    low, high = values[0], values[-1]
+    return f"{low:.0f}" if low == high else f"{low:.0f}-{high:.0f}"
+
+
+def mean_positions(runs: Sequence[RunResult]) -> float | None:
+    """The mean of the runs' trained positions; None where a run recorded none (no mean of some of them)."""
+    values = [r.cost.trained_positions for r in runs]
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known and len(known) == len(values) else None
+
+
+def positions_cell(value: float | None) -> str:
+    return UNRECORDED if value is None else f"{value:.0f}"
 
 
 def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
@@ -250,7 +297,20 @@ def measure_label(measure: str, runs: Sequence[RunResult]) -> str:
 
 
 def seed_table(groups: Sequence[ArmRows]) -> list[list[str]]:
-    rows = [["arm", "seed", "try", "after", "95% Wilson (problems)", "steps", "step records", "wall min", "tokens"]]
+    rows = [
+        [
+            "arm",
+            "seed",
+            "try",
+            "after",
+            "95% Wilson (problems)",
+            "steps",
+            "step records",
+            "wall min",
+            "tokens",
+            "trained positions",
+        ]
+    ]
     for arm in groups:
         for run in arm.runs:
             for measure in arm.measures():
@@ -268,6 +328,7 @@ def seed_table(groups: Sequence[ArmRows]) -> list[list[str]]:
                         str(run.cost.step_records),
                         f"{run.cost.seconds / 60:.1f}",
                         f"{run.cost.generated_tokens:.0f}",
+                        positions_cell(run.cost.trained_positions),
                     ]
                 )
     return rows
@@ -295,7 +356,7 @@ def tables(results: Sequence[RunResult], notes: Sequence[str] = ()) -> tuple[str
     """(Markdown with every table and the notes, CSV of the arm table)."""
     groups = arms(results)
     main = arm_table(groups, results)
-    parts = [markdown(main), INTERVAL_NOTE]
+    parts = [markdown(main), INTERVAL_NOTE + " " + budget_footnote(results)]
     differences = difference_table(groups)
     if len(differences) > 1:
         parts += [
