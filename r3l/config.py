@@ -260,6 +260,13 @@ class TrainConfig(Section):
         description="keep the optimizer state in a finished run's last checkpoint (to train it further with "
         "--resume and more steps); dropped by default: it is twice the weights' size",
     )
+    sampling_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch threads while sampling (rollouts, reflections, retries, held-out evaluation); unset: "
+        "the step's plan (r3l/threads.py: one thread in both phases for a bf16 policy under 300M parameters, "
+        "whose small operations gain nothing from more, measured; every thread otherwise)",
+    )
     release_free_memory: bool = Field(
         True,
         description="hand the allocator's free pages back to the system after "

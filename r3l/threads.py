@@ -1,4 +1,4 @@
-"""How torch's CPU threads wait: OpenMP threads that sleep at a barrier instead of spinning.
+"""torch's CPU threads: how they wait (asleep at a barrier, not spinning) and how many each phase of a step uses.
 
 torch's CPU build runs its kernels on a GNU OpenMP pool. A pool thread that reaches a barrier first spins for a
 while before it sleeps; on a machine whose cores are also busy with other work, the thread it waits for is often
@@ -31,15 +31,19 @@ def apply_openmp_wait_defaults(environ: MutableMapping[str, str] = os.environ) -
     environ.update(openmp_wait_defaults(environ))
 
 
-# Per-phase thread counts. Sampling is thousands of small operations a token (matrix products of a few dozen rows,
-# elementwise ops, attention over one query): at two threads each one wakes the pool and waits for it, and
-# sampling is no faster, often slower, than at one. The update runs whole sequences through fewer, larger matrix
-# products, which two threads speed up. Measured on this repo's 2-core Xeon (scripts/step_threads.py, torch profiler):
-# the embedded model (135M, 64 rows, bf16) sampled in 2.0-3.1 s at 1 thread and no faster at 2, its matrix products
-# as long at 2 threads as at 1, attention and elementwise ops 2-3x longer; Qwen2.5-Coder-0.5B (16 rows) sampled in
-# 1.9 s at 1 thread and 2.6-3.6 s at 2, and updated in 40 s at 1 thread and 19-21 s at 2. Models of up to this size
-# therefore sample on one thread; larger ones, unmeasured here, keep every thread as before.
-PARALLEL_SAMPLING_MIN_PARAMETERS = 1_000_000_000
+# Per-phase thread counts, by the policy's size and number format. Under bf16 on a CPU with AMX or AVX512-BF16 a
+# small model's matrix products are so quick that its step is thousands of small operations (elementwise ops, the
+# weights' casts under autocast, matrix products of a few dozen rows), each of which wakes the OpenMP pool and waits
+# for it at two threads; a larger model's matrix products, or any model's in fp32, are big enough to share.
+# Measured on this repo's 2-core Xeon (AMX), quiet, `python scripts/step_threads.py` (the arms alternating step by
+# step, medians of 3-4 steps each, docs/BENCH.md "Threads per phase"): the embedded model (135M, the default job,
+# bf16) stepped in 9.95 s at 1 thread and 11.09 s at 2 (0.90x: sampling 2.31 -> 3.05 s, the update 7.54 -> 7.98 s:
+# its matrix products gain 1.5x, its casts and elementwise ops nothing); Qwen2.5-Coder-0.5B (630M, bf16) in 17.09 s
+# at 1 thread and 11.15 s at 2 (1.53x). On a 2-core AMD EPYC (AVX2, fp32) the embedded model decoded 1.6x and
+# updated 1.8x faster at 2 threads ("Threads: a quiet and a busy machine"). So a bf16 policy under
+# PARALLEL_MIN_PARAMETERS (between the two measured sizes) runs its step on one thread; every other policy on every
+# thread given. `train.sampling_threads` sets sampling's count.
+PARALLEL_MIN_PARAMETERS = 300_000_000
 PHASES = ("generate", "learn")
 
 
@@ -51,11 +55,16 @@ class ThreadPlan:
     learn: int
 
 
-def thread_plan(threads: int, parameters: int) -> ThreadPlan:
+def thread_plan(threads: int, parameters: int, bf16: bool, sampling_threads: int | None = None) -> ThreadPlan:
     """The plan for a process given `threads` (torch's count at start-up: OMP_NUM_THREADS or the cores) and a
-    policy of `parameters` weights: every thread for the update; one for sampling a model too small to gain."""
+    policy of `parameters` weights computed in bf16 (`bf16`) or fp32: one thread in both phases for a bf16 model too
+    small to gain, every thread otherwise; `sampling_threads` (train.sampling_threads) names sampling's count, never
+    above `threads`."""
     threads = max(1, threads)
-    return ThreadPlan(generate=threads if parameters >= PARALLEL_SAMPLING_MIN_PARAMETERS else 1, learn=threads)
+    planned = 1 if bf16 and parameters < PARALLEL_MIN_PARAMETERS else threads
+    if sampling_threads is not None:
+        return ThreadPlan(generate=max(1, min(sampling_threads, threads)), learn=planned)
+    return ThreadPlan(generate=planned, learn=planned)
 
 
 @contextmanager
@@ -72,14 +81,20 @@ def using_threads(count: int) -> Iterator[None]:
 
 
 @contextmanager
-def phase_threads(phase: str, parameters: int, metrics: MutableMapping[str, float] | None = None) -> Iterator[None]:
+def phase_threads(
+    phase: str,
+    parameters: int,
+    bf16: bool,
+    metrics: MutableMapping[str, float] | None = None,
+    sampling_threads: int | None = None,
+) -> Iterator[None]:
     """Run a step's `phase` ("generate" or "learn") on the plan's thread count for a policy of `parameters`
-    weights (from torch's count outside the phases); the count chosen goes into `metrics` as threads/PHASE."""
+    weights in bf16 or not (from torch's count outside the phases); the count goes into `metrics` as threads/PHASE."""
     import torch
 
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, not {phase!r}")
-    count = getattr(thread_plan(torch.get_num_threads(), parameters), phase)
+    count = getattr(thread_plan(torch.get_num_threads(), parameters, bf16, sampling_threads), phase)
     if metrics is not None:
         metrics[f"threads/{phase}"] = float(count)
     with using_threads(count):

@@ -6,6 +6,7 @@ import json
 import shutil
 import signal
 import time
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,9 +50,10 @@ from r3l.logging import MetricsLogger, TrainProgress, console
 from r3l.memory import headroom_warning, map_large_blocks, memory_limit_mib, memory_metrics, release_free_memory
 from r3l.provenance import check_resume, code_version, display_path, record_session, record_tasks
 from r3l.rollout.deferred import DeferredGenerator
-from r3l.rollout.generator import Generator
+from r3l.rollout.generator import Generator, step_generator_stats
 from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
+from r3l.threads import phase_threads
 
 if TYPE_CHECKING:
     from r3l.distributed.learner_group import LearnerGroup
@@ -143,6 +145,9 @@ class Trainer:
         self.sampler = self._make_sampler()
         self.model, ref_model = trainable_policy(config, self.parts.model)
         self.lora_base = base_checksum(self.model) if is_lora(self.model) else None  # watched after every sync
+        # the phases' thread counts (r3l/threads.py) follow the policy's size and number format
+        self.policy_parameters = sum(p.numel() for p in self.model.parameters())
+        self.computes_in_bf16 = autocast_bf16(config) and generator_dtype(config) == "bfloat16"
         self.tripped_guards: set[str] = set()
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
@@ -326,7 +331,8 @@ class Trainer:
         """Held-out evaluation into eval_LABEL.json and the metrics (two attempts when eval.attempts=2)."""
         if not self.test_tasks:
             return
-        record, summary, metrics = evaluate_held_out(self.config, self.test_tasks, self.parts.strategy.context)
+        with self.phase("generate"):
+            record, summary, metrics = evaluate_held_out(self.config, self.test_tasks, self.parts.strategy.context)
         self.spend(seconds=summary["seconds"])
         (self.run_dir / f"eval_{label}.json").write_text(json.dumps({**record, "step": self.step}, indent=1))
         self.history[f"eval_{label}"] = summary
@@ -340,14 +346,27 @@ class Trainer:
             (self.run_dir / "r3_table.md").write_text(markdown)
             (self.run_dir / "r3_table.csv").write_text(csv)
 
+    def phase(self, phase: str, metrics: dict[str, float] | None = None) -> AbstractContextManager[None]:
+        """torch's thread count for one phase of a step (r3l/threads.py); the pipeline's sampling thread and the
+        learner run at once there, so both keep every thread."""
+        if self.pipeline is not None:
+            return nullcontext()
+        return phase_threads(
+            phase, self.policy_parameters, self.computes_in_bf16, metrics, self.config.train.sampling_threads
+        )
+
     def train_step(self) -> dict[str, float]:
         config = self.config
         started = time.perf_counter()
         lag = 0
+        threads: dict[str, float] = {}
         if self.pipeline is not None:
             experiences, metrics, lag = self.pipeline.next(self.step)
         else:
-            experiences, metrics = self.parts.strategy.explore(self._draw(self.step).tasks, self.step)
+            totals = dict(self.parts.generator.stats)
+            with self.phase("generate", threads):
+                experiences, metrics = self.parts.strategy.explore(self._draw(self.step).tasks, self.step)
+            metrics.update(step_generator_stats(totals, dict(self.parts.generator.stats)))
         failpoint("rollout_done")
         rollout_seconds = time.perf_counter() - started
         rebuilt = self.unlogged_setup.pop("setup_generated_tokens", 0.0)  # a refresh's seconds are this step's
@@ -361,7 +380,9 @@ class Trainer:
             write_jsonl(experiences, dump_dir / f"step_{self.step + 1:06d}.jsonl")
         learn_started = time.perf_counter()
         self.parts.generator.release_memory()
-        metrics.update(self.learner.update(experiences, behaviour_logprobs=lag > 0))
+        with self.phase("learn", threads):
+            metrics.update(self.learner.update(experiences, behaviour_logprobs=lag > 0))
+        metrics.update(threads)
         self._warn_on_guards(metrics)
         failpoint("update_done")
         self._sync_generators()

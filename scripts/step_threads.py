@@ -5,8 +5,8 @@ on the plan's count, the update on all), the arms alternating step by step so th
     python scripts/step_threads.py --rounds 2 model=qwen2.5-coder-0.5b-instruct train.tasks_per_step=4
 
 Every arm trains with train.skip_zero_advantage=false (the update's work does not depend on the rewards drawn).
-The plan arm wraps the generator's `generate` and the learner's `update` in `phase_threads`: what the trainer's call
-sites would do (r3l/trainer.py is not changed here).
+The plan arm is the trainer as it runs by default (Trainer.phase: sampling on one thread for a model under 1B
+parameters, the update on every thread); the others fix torch's count for the whole step.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ limit_onednn_cache()
 import torch  # noqa: E402
 
 from r3l.config import load_config  # noqa: E402
-from r3l.threads import phase_threads  # noqa: E402
 from r3l.trainer import Trainer  # noqa: E402
 
 
@@ -44,31 +43,21 @@ def main() -> None:
     ]
     config = load_config(None, [*overrides, *args.overrides])
     trainer = Trainer(config, run_dir=Path(tempfile.mkdtemp(prefix="step_threads_")))
-    generator, learner = trainer.parts.generator, trainer.learner
-    parameters = sum(p.numel() for p in trainer.model.parameters())
-    plain_generate, plain_update = generator.generate, learner.update
-    chosen: dict[str, float] = {}
+    parameters = trainer.policy_parameters
+    # (torch's thread count, train.sampling_threads): the trainer's own plan (r3l/threads.py) is the third arm
+    arms = {"1 thread": (1, None), "2 threads": (2, 2), "plan (2 given)": (2, None)}
 
-    def planned_generate(*args, **kwargs):
-        with phase_threads("generate", parameters, chosen):
-            return plain_generate(*args, **kwargs)
-
-    def planned_update(*args, **kwargs):
-        with phase_threads("learn", parameters, chosen):
-            return plain_update(*args, **kwargs)
-
-    arms = {"1 thread": 1, "2 threads": 2, "plan (2 given)": 0}
-
-    def step(threads: int) -> tuple[float, float, float]:
-        planned = threads == 0
-        generator.generate = planned_generate if planned else plain_generate
-        learner.update = planned_update if planned else plain_update
-        torch.set_num_threads(2 if planned else threads)
+    def step(arm: tuple[int, int | None]) -> tuple[float, float, float]:
+        threads, sampling = arm
+        trainer.config.train.sampling_threads = sampling
+        torch.set_num_threads(threads)
         started = time.perf_counter()
         metrics = trainer.train_step()
+        chosen.update({key: value for key, value in metrics.items() if key.startswith("threads/")})
         return time.perf_counter() - started, metrics["rollout_seconds"], metrics["train_seconds"]
 
-    step(2)  # warm-up: kernels, allocator, AdamW's moments
+    chosen: dict[str, float] = {}
+    step((2, 2))  # warm-up: kernels, allocator, AdamW's moments
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in arms}
     names = list(arms)
     for round_index in range(args.rounds):

@@ -71,6 +71,8 @@ class Generator(ABC):
 
     @property
     def stats(self) -> dict[str, float]:
+        """Running totals since the generator was built (positions prefilled and reused, decode steps, seconds);
+        `kv_cache_bytes` is a level, not a total."""
         return {}
 
     @property
@@ -80,3 +82,20 @@ class Generator(ABC):
 
 
 GENERATORS: Registry[type[Generator]] = Registry("generator")
+
+
+STAT_LEVELS = frozenset({"kv_cache_bytes"})  # what the generator holds now, not a running total
+
+
+def step_generator_stats(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """A step's share of the generator's running totals (`after` minus `before`, levels as they are after), as
+    `generator/NAME` metrics, with `generator/kv_reuse_share`: the share of prompt positions taken from kept keys
+    and values instead of prefilled (absent where the step read no prompt)."""
+    step = {
+        f"generator/{name}": value if name in STAT_LEVELS else value - before.get(name, 0.0)
+        for name, value in after.items()
+    }
+    read = step.get("generator/prefill_positions", 0.0) + step.get("generator/kv_reused_positions", 0.0)
+    if read > 0:
+        step["generator/kv_reuse_share"] = step.get("generator/kv_reused_positions", 0.0) / read
+    return step
