@@ -20,7 +20,7 @@ from r3l.envs import make
 from r3l.models.cache import roomy_cache
 from r3l.rollout.generator import SamplingParams
 from r3l.rollout.hf import HFGenerator
-from r3l.rollout.json_close import json_object_end
+from r3l.rollout.json_close import json_object_end, report_end, tokens_to_report_end
 from r3l.rollout.prefix_cache import PrefixStore, common_prefix
 
 # --- the store's rules, on hand cases -----------------------------------------------------------------------
@@ -235,3 +235,27 @@ def test_episodes_play_the_same_with_kept_keys_and_values(embedded, make_env, pa
     for kept_episode, fresh_episode in zip(kept, fresh):
         assert_same(kept_episode, fresh_episode)
     assert kept_stats["prefill_positions"] < fresh_stats["prefill_positions"] / 2
+
+
+@pytest.mark.parametrize(
+    "text, end",
+    [
+        ('{"a": 1} then more', 8),
+        ('{not json} and then {"a": 1} more', 28),  # a first object that does not parse is not the report
+        ('<think>maybe {"a": 1}?', None),  # thinking still open: no report yet
+        ('<think>{"draft": 0}</think> {"a": 1} x', 36),
+        ('{"open": [1, 2', None),
+    ],
+)
+def test_report_end_is_the_first_parsing_object_after_thinking(text, end):
+    assert report_end(text) == end
+
+
+def test_a_reply_is_cut_at_its_reports_end_token_by_token(tiny):
+    _, tokenizer = tiny
+    reply = tokenizer.encode('Sure. {"a": "x}"} and some rambling after it', add_special_tokens=False)
+    keep = tokens_to_report_end(reply, tokenizer.decode)
+    assert keep is not None and keep < len(reply)
+    assert report_end(tokenizer.decode(reply[:keep])) is not None
+    assert report_end(tokenizer.decode(reply[: keep - 1])) is None
+    assert tokens_to_report_end(tokenizer.encode("no report here", add_special_tokens=False), tokenizer.decode) is None

@@ -59,3 +59,29 @@ def test_the_embedded_model_decodes_its_reports_under_the_schema_by_default():
     assert (embedded.reports, embedded.report_field_chars, embedded.replies) == (True, 120, True)
     assert load_config(None, ["model=tiny-random", "algorithm=r3l"]).structured.reports is False
     assert load_config(None, ["structured.reports=false"]).structured.reports is False
+
+
+def test_free_text_reflections_stop_where_their_report_is_complete():
+    """R3L's reflections ask the generator to stop once the report's JSON object closes (the HF loop stops there,
+    vLLM's reply is cut there): tokens after it would be trained as part of the reflection."""
+    from r3l.build import build_parts
+    from r3l.seeding import seed_everything
+
+    config = load_config(
+        None, ["model=tiny-random", "algorithm=r3l", "sampling.group_size=2", "sampling.max_new_tokens=4"]
+    )
+    seed_everything(config.run.seed)
+    parts = build_parts(config)
+    asked = []
+    generate = parts.generator.generate
+
+    def recording(prompts, params, n=1, constraints=None):
+        asked.append(params)
+        return generate(prompts, params, n=n, constraints=constraints)
+
+    parts.generator.generate = recording
+    parts.strategy.context.generator.generate = recording
+    parts.strategy.explore(parts.make_env().tasks("train")[:2], step=0)
+    reflections = [params for params in asked if params.max_new_tokens != config.sampling.max_new_tokens]
+    assert reflections and all(params.stop_at_json_close for params in reflections)
+    assert not any(params.stop_at_json_close for params in asked if params not in reflections)

@@ -264,7 +264,12 @@ class R3LStrategy(Strategy):
         ]
         temperature = c.sampling.temperature if s.reflection_temperature is None else s.reflection_temperature
         params = replace(
-            c.sampling, max_new_tokens=s.reflection_max_new_tokens, temperature=temperature, stop=(), seed=seed
+            c.sampling,
+            max_new_tokens=s.reflection_max_new_tokens,
+            temperature=temperature,
+            stop=(),
+            seed=seed,
+            stop_at_json_close=True,  # a report is complete once its object closes; the rest would be trained
         )
         constraints = (
             None

@@ -20,7 +20,9 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int | None = None
-    stop_at_json_close: bool = False  # end a row once its text holds a complete JSON object (a report)
+    # end a row once its text holds a complete JSON object after any thinking (a report: json_close.report_end);
+    # an engine that cannot stop there cuts the reply at that point afterwards (nothing after it is kept or trained)
+    stop_at_json_close: bool = False
 
 
 @dataclass

@@ -15,7 +15,7 @@ from r3l.logging.progress import console
 from r3l.models.cache import RoomyLayer, cache_of, roomy_cache, with_cache
 from r3l.rollout.constraints import Constrainer, Follower
 from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
-from r3l.rollout.json_close import json_object_end
+from r3l.rollout.json_close import report_end
 from r3l.rollout.prefix_cache import Entry, PrefixStore
 from r3l.rollout.seeds import RowDraws, row_seeds
 from r3l.rollout.static_decode import StaticDecoder
@@ -362,11 +362,12 @@ class HFGenerator(Generator):
             yield row, Completion(row_tokens, row_logprobs, text, finished.get(row, "length"))
 
     def _hit_stop(self, tokens: list[int], params: SamplingParams) -> bool:
-        """A stop string in the last tokens' text, or (`params.stop_at_json_close`) a first JSON object closed."""
+        """A stop string in the last tokens' text, or (`params.stop_at_json_close`) a report complete: a JSON object
+        closed after any thinking (json_close.report_end)."""
         if params.stop:
             tail = self.tokenizer.decode(tokens[-8:], skip_special_tokens=False)
             if any(s in tail for s in params.stop):
                 return True
         if params.stop_at_json_close and "}" in self.tokenizer.decode(tokens[-1:], skip_special_tokens=False):
-            return json_object_end(self.tokenizer.decode(tokens, skip_special_tokens=True)) is not None
+            return report_end(self.tokenizer.decode(tokens, skip_special_tokens=True)) is not None
         return False

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
+
 
 def json_object_end(text: str) -> int | None:
     """The index just past the `}` closing the first top-level `{...}` in `text` (braces inside strings, and
@@ -24,4 +27,39 @@ def json_object_end(text: str) -> int | None:
             depth -= 1
             if depth == 0:
                 return index + 1
+    return None
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def report_end(text: str) -> int | None:
+    """The index just past the close of the first JSON object in `text` that parses as one, after any thinking
+    (nothing while a <think> block is open; only what follows the last </think>), or None while there is none:
+    where a report is complete, so generating more adds nothing the report parser would read in the usual case."""
+    offset = 0
+    if THINK_OPEN in text:
+        if THINK_CLOSE not in text:
+            return None
+        offset = text.rindex(THINK_CLOSE) + len(THINK_CLOSE)
+    while True:
+        end = json_object_end(text[offset:])
+        if end is None:
+            return None
+        span = text[offset : offset + end]
+        try:
+            value = json.loads(span[span.index("{") :], strict=False)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict):
+            return offset + end
+        offset += end
+
+
+def tokens_to_report_end(tokens: Sequence[int], decode: Callable[[Sequence[int]], str]) -> int | None:
+    """How many of `tokens` it takes to complete the report (`report_end` of their text), or None if they never
+    do: only prefixes ending in a token whose text holds a `}` are decoded."""
+    for count in range(1, len(tokens) + 1):
+        if "}" in decode(tokens[count - 1 : count]) and report_end(decode(tokens[:count])) is not None:
+            return count
     return None

@@ -30,6 +30,7 @@ from r3l.errors import UserError
 from r3l.orphans import child_processes, stop_with_this_process
 from r3l.rollout.constraints import Constrainer, Constraint
 from r3l.rollout.generator import GENERATORS, Completion, Constraints, Generator, SamplingParams, unconstrained
+from r3l.rollout.json_close import tokens_to_report_end
 from r3l.rollout.seeds import row_seeds
 from r3l.rollout.visible_devices import environment_while
 from r3l.rollout.vllm_receiver import RECEIVER, weight_chunks
@@ -209,6 +210,7 @@ class VLLMGenerator(Generator):
             "sync_bytes": 0,
             "sync_disk_bytes": 0,  # written to disk by syncs (an adapter's folder; merged weights: none)
             "prompts_over_context": 0,
+            "tokens_past_report": 0,
             "sleeps": 0,
             "decode_seconds": 0.0,
             "constraint_breaks": 0,
@@ -339,6 +341,8 @@ class VLLMGenerator(Generator):
         results = [[Completion([], [], "", "length") for _ in range(n)] for _ in prompts]
         for (index, sample), output in zip(rows, outputs):
             completion = self._completion(output.outputs[0])
+            if params.stop_at_json_close:
+                completion = self._cut_at_report_end(completion)
             constraint = constraint_of[index]
             if constraint is not None:  # the masks the engine sampled under, for the learner
                 completion.allowed, followed = self.constrainer.replay(constraint, completion.tokens)
@@ -358,6 +362,17 @@ class VLLMGenerator(Generator):
         self._stats["generated_tokens"] += sum(len(c.tokens) for row in results for c in row)
         self._stats["generate_seconds"] += seconds
         return results
+
+    def _cut_at_report_end(self, completion: Completion) -> Completion:
+        """The reply up to the close of its report: vLLM cannot stop on a balanced JSON object, so the tokens it
+        generated past it are dropped here (counted in tokens_past_report), never kept or trained."""
+        keep = tokens_to_report_end(completion.tokens, self.tokenizer.decode)
+        if keep is None or keep == len(completion.tokens):
+            return completion
+        self._stats["tokens_past_report"] += len(completion.tokens) - keep
+        tokens = completion.tokens[:keep]
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return replace(completion, tokens=tokens, logprobs=completion.logprobs[:keep], text=text, finish_reason="stop")
 
     def _completion(self, sample) -> Completion:
         tokens = list(sample.token_ids)
