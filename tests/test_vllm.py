@@ -4,6 +4,7 @@
 import copy
 import os
 import time
+from dataclasses import replace
 
 # As a shell starts `r3l train`: before this process builds an engine, since vLLM's CPU platform rewrites the
 # environment of the process that builds one (LD_PRELOAD of tcmalloc and torch's libgomp, spawn for its workers).
@@ -23,6 +24,7 @@ from r3l.rollout.chat import PromptFormat  # noqa: E402
 from r3l.rollout.conversation import TokenConversation  # noqa: E402
 from r3l.rollout.generator import SamplingParams  # noqa: E402
 from r3l.rollout.hf import HFGenerator  # noqa: E402
+from r3l.rollout.json_close import report_end  # noqa: E402
 from r3l.rollout.vllm import VLLMGenerator  # noqa: E402
 
 QUESTIONS = [
@@ -133,6 +135,22 @@ def test_a_prompt_over_the_context_gets_an_empty_cut_reply_and_is_counted(embedd
     assert [(c.tokens, c.finish_reason) for c in rows[0]] == [([], "length")] * 2
     assert len(rows[1]) == 2 and all(c.tokens for c in rows[1])
     assert vllm.stats["prompts_over_context"] >= 1
+
+
+def test_a_reply_past_its_report_is_cut_where_the_hf_loop_stops(embedded, engines):
+    """vLLM cannot stop on a balanced JSON object: its reply is cut there afterwards, token for token what the HF
+    loop kept (greedy), and what it dropped is counted."""
+    _, tokenizer = embedded
+    hf, vllm = engines
+    ask = 'Write a JSON object with the key "answer" for 2 + 2, then explain it.'  # HF: 26 tokens, 48 unstopped
+    prompt = [TokenConversation.start(tokenizer, [{"role": "user", "content": ask}]).tokens]
+    params = SamplingParams(temperature=0.0, max_new_tokens=48, stop_at_json_close=True)
+    ours, theirs = hf.generate(prompt, params)[0][0], vllm.generate(prompt, params)[0][0]
+    assert report_end(ours.text) is not None and ours.finish_reason == "stop"
+    assert theirs.tokens == ours.tokens and theirs.finish_reason == "stop"
+    assert theirs.logprobs == pytest.approx(ours.logprobs, abs=1e-3)
+    free = vllm.generate(prompt, replace(params, stop_at_json_close=False))[0][0]
+    assert len(free.tokens) > len(theirs.tokens) and vllm.stats["tokens_past_report"] > 0
 
 
 def test_top_p_is_refused_in_one_line(embedded, engines):
