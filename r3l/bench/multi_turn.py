@@ -7,13 +7,15 @@ plays its turns unless the game ends), played with the cache off and on in one r
 (one generation call for all episodes in flight) at turn 1 and at turn 20. Then decode efficiency (weight + KV
 bytes read / decode time / measured copy bandwidth, as the `limits` section computes it) at 2k and 4k tokens of
 context, with the decode cache that grows in place against transformers' DynamicCache (a copy of the whole cache
-per step, the decode loop before). The vLLM side (prefix caching) is not measured here yet: one line says so.
+per step, the decode loop before). Then the same episodes on vLLM with prefix caching, where vLLM's environment
+exists (r3l/bench/multi_turn_vllm.py runs there).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -169,8 +171,37 @@ def long_context_decode(config: Config) -> dict[str, Any]:
     return out
 
 
-def vllm_line() -> str:
-    return "vLLM (prefix caching): not measured by this section yet; `r3l bench generator=vllm` measures its decode."
+def vllm_python(environ: Mapping[str, str], root: Path) -> Path | None:
+    """The Python of the environment where vLLM is installed: VLLM_VENV, else `.venv-vllm` (made by
+    .ci/vllm_tests) under `root`; None where there is none."""
+    venv = Path(environ["VLLM_VENV"]) if environ.get("VLLM_VENV") else root / ".venv-vllm"
+    python = venv / "bin" / "python"
+    return python if python.exists() else None
+
+
+def vllm_episodes(config: Config, turns_list: Sequence[int]) -> dict[str, Any] | str:
+    """The same episodes played by vLLM with prefix caching (r3l/bench/multi_turn_vllm.py, in vLLM's environment),
+    or a line saying why they were not."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    from r3l.config import dump_config
+
+    python = vllm_python(os.environ, Path.cwd())
+    if python is None:
+        return "vLLM (prefix caching): not measured, no vLLM environment (set VLLM_VENV, or run .ci/vllm_tests)"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "config.yaml"
+        path.write_text(dump_config(config))
+        command = [str(python), "-m", "r3l.bench.multi_turn_vllm", str(path), "--turns", ",".join(map(str, turns_list))]
+        source = str(Path(__file__).resolve().parents[2])  # this r3l, whatever that environment has installed
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": source})
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"vLLM (prefix caching): its run failed ({tail[:200]})"
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @section("multi_turn", order=45, title="Multi-turn episodes: keys and values kept across turns")
@@ -184,7 +215,7 @@ def multi_turn(ctx: BenchContext) -> SectionResult:
         "repeats": repeats,
         "workloads": workloads,
         "long_context_decode": long_context_decode(ctx.config),
-        "vllm": vllm_line(),
+        "vllm": vllm_episodes(ctx.config, TURNS),
     }
     return SectionResult(data, table(data))
 
@@ -225,5 +256,28 @@ def table(data: dict) -> str:
                 f"| {context} | {mode} | {row[mode]['decode_efficiency']:.1%} | {row[mode]['step_seconds']:.3f} |"
             )
         lines.append(f"| {context} | in place / concatenating | **{row['gain']:.2f}x** | |")
-    lines += ["", data["vllm"]]
+    lines += ["", *vllm_lines(data["vllm"])]
     return "\n".join(lines) + "\n"
+
+
+def vllm_lines(vllm: dict[str, Any] | str) -> list[str]:
+    if isinstance(vllm, str):
+        return [vllm]
+    lines = [
+        "vLLM, prefix caching on, the same episodes (one batch each):",
+        "",
+        "| workload | turns | s / episode | turns played | decoded / episode | turn 1 s | turn 20 s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, sizes in vllm.items():
+        if "skipped" in sizes:
+            lines.append(f"| {label} | skipped: {sizes['skipped']} | | | | | |")
+            continue
+        for turns, figures in sizes.items():
+            turn_20 = "-" if figures["turn_20_seconds"] is None else f"{figures['turn_20_seconds']:.2f}"
+            lines.append(
+                f"| {label} | {turns} | {figures['wall_seconds_per_episode']:.2f} | "
+                f"{figures['turns_per_episode']:.1f} | {figures['decoded_per_episode']:.0f} | "
+                f"{figures['turn_1_seconds']:.2f} | {turn_20} |"
+            )
+    return lines
