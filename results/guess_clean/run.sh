@@ -15,14 +15,21 @@ if [ -d /sys/fs/cgroup/memory ] && [ -w /sys/fs/cgroup/memory ]; then  # cgroup 
   echo $((21 * 1024 * 1024 * 1024)) > /sys/fs/cgroup/memory/r3l-reading/memory.limit_in_bytes
   echo $$ > /sys/fs/cgroup/memory/r3l-reading/cgroup.procs
 fi
-cd "$tree"
-export PYTHONPATH="$tree"
-out="$here/runs"
-if [ -d "$out" ] && [ -f "$out/compare.json" ]; then
+# The code comes from the frozen worktree; the configs and runs are read and written from the repository root by
+# relative paths (what the runs record), and the configs must be the commit's own.
+if ! git -C "$repo" diff --quiet "$commit" -- results/guess_clean/guess_grpo.yaml results/guess_clean/guess_r3l.yaml \
+  results/guess_clean/guess_r3l_no_reflect_retry.yaml examples/qwen_guess_number.yaml; then
+  echo "results/guess_clean: the configs differ from commit $commit's; restore them (git checkout $commit -- ...)" >&2
+  exit 2
+fi
+cd "$repo"
+export PYTHONPATH="$tree" PYTHONSAFEPATH=1  # the worktree's r3l, not the checkout's (-m would put the cwd first)
+out=results/guess_clean/runs
+if [ -f "$out/compare.json" ]; then
   set -- --out "$out"
 else
-  set -- "$tree/results/guess_clean/guess_grpo.yaml" "$tree/results/guess_clean/guess_r3l.yaml" \
-    "$tree/results/guess_clean/guess_r3l_no_reflect_retry.yaml" --seeds 5 --out "$out"
+  set -- results/guess_clean/guess_grpo.yaml results/guess_clean/guess_r3l.yaml \
+    results/guess_clean/guess_r3l_no_reflect_retry.yaml --seeds 5 --out "$out"
 fi
 exec nice -n 5 python -m r3l.cli compare "$@" --parallel 1 --match-budget tokens --budget-of guess_r3l \
   --budget-for guess_grpo

@@ -4,7 +4,7 @@
 # stay; then commit results/guess_clean. Lists what has finished.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-pkill -f "$here/run.sh" || true
+pkill -f "guess_clean/run.sh" || true
 pkill -f "r3l.cli compare .*guess_clean" || true
 pkill -f "r3l.cli train .*guess_clean" || true
 sleep 3
