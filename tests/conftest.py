@@ -24,6 +24,24 @@ def tiny():
     return load_policy("tiny-random")
 
 
+def one_step_config(tmp_path, *overrides: str):
+    """A one-step training config on the tiny-random policy (2 tasks x 2 samples, no evaluation, no logging
+    sinks) in `tmp_path`, with `overrides` on top."""
+    from r3l.config import load_config
+
+    base = [
+        "model=tiny-random",
+        "eval.size=0",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+        "train.steps=1",
+        "train.tasks_per_step=2",
+        "sampling.group_size=2",
+        f"run.dir={tmp_path}",
+    ]
+    return load_config(None, [*base, *overrides])
+
+
 def run_cli(*args: str, cwd=None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run `r3l ARGS` in a subprocess, as a user would."""
     return subprocess.run(

@@ -2,6 +2,7 @@
 positions taken from kept keys and values."""
 
 from r3l.rollout.generator import step_generator_stats
+from tests.conftest import one_step_config
 
 
 def test_a_step_logs_the_difference_of_totals_and_the_level_of_what_is_kept():
@@ -23,23 +24,9 @@ def test_no_share_where_the_step_read_no_prompt_and_new_totals_count_from_zero()
 
 
 def test_a_training_step_logs_what_its_generator_did(tmp_path):
-    from r3l.config import load_config
     from r3l.trainer import Trainer
 
-    config = load_config(
-        None,
-        [
-            "model=tiny-random",
-            "eval.size=0",
-            "logging.progress=false",
-            "logging.tensorboard=false",
-            "train.steps=1",
-            "train.tasks_per_step=2",
-            "sampling.group_size=2",
-            "sampling.max_new_tokens=4",
-            f"run.dir={tmp_path}",
-        ],
-    )
+    config = one_step_config(tmp_path, "sampling.max_new_tokens=4")
     trainer = Trainer(config)
     try:
         before = dict(trainer.parts.generator.stats)

@@ -10,6 +10,7 @@ from r3l.threads import (
     thread_plan,
     using_threads,
 )
+from tests.conftest import one_step_config
 
 EMBEDDED = 134_515_008  # SmolLM2-135M-Instruct
 QWEN_05B = 630_167_424  # Qwen2.5-Coder-0.5B-Instruct as loaded (its embedding and output untied)
@@ -67,24 +68,10 @@ def test_the_users_sampling_threads_win_but_never_exceed_the_threads_given():
 
 
 def test_a_training_step_samples_and_learns_on_the_plans_counts(tmp_path):
-    from r3l.config import load_config
     from r3l.trainer import Trainer
 
-    config = load_config(
-        None,
-        [
-            "model=tiny-random",
-            "model.autocast_bf16=true",  # the plan for a small bf16 model on any CPU (it resolves per machine)
-            "generator.dtype=bfloat16",
-            "eval.size=0",
-            "logging.progress=false",
-            "logging.tensorboard=false",
-            "train.steps=1",
-            "train.tasks_per_step=2",
-            "sampling.group_size=2",
-            f"run.dir={tmp_path}",
-        ],
-    )
+    # the plan for a small bf16 model on any CPU (autocast and the generator's dtype resolve per machine)
+    config = one_step_config(tmp_path, "model.autocast_bf16=true", "generator.dtype=bfloat16")
     trainer = Trainer(config)
     seen: list[tuple[str, int]] = []
     explore, update = trainer.parts.strategy.explore, trainer.learner.update
