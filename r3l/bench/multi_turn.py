@@ -105,16 +105,24 @@ def episode_config(config: Config, overrides: Sequence[str], turns: int) -> Conf
     )
 
 
+def episode_tasks(config: Config) -> list:
+    """The first EPISODES training tasks of the config's environment (the episodes every mode plays)."""
+    from r3l.build import env_factory
+
+    probe = env_factory(config)()
+    tasks = list(probe.tasks("train"))[:EPISODES]
+    getattr(probe, "close", lambda: None)()
+    return tasks
+
+
 def measure_episodes(config: Config, repeats: int, turns_list: Sequence[int]) -> dict[str, Any]:
-    from r3l.build import env_factory, generator_dtype, load_model
+    from r3l.build import generator_dtype, load_model
     from r3l.rollout.hf import HFGenerator
 
     model, tokenizer = load_model(config)
     dtype = getattr(torch, generator_dtype(config))
     generators = {mode: HFGenerator(model, tokenizer, dtype=dtype, kv_cache=mode == "on") for mode in MODES}
-    probe = env_factory(config)()
-    tasks = list(probe.tasks("train"))[:EPISODES]
-    getattr(probe, "close", lambda: None)()
+    tasks = episode_tasks(config)
     for mode in MODES:  # warm-up: first calls, simulators started
         play(episode_config(config, [], 2), generators[mode], tokenizer, tasks, 2)
     figures: dict[str, Any] = {}

@@ -17,9 +17,9 @@ ENGINE_ARGS = {"enable_prefix_caching": True, "enforce_eager": True}
 
 
 def main() -> None:
-    from r3l.bench.multi_turn import EPISODES, WORKLOADS, episode_config, play
+    from r3l.bench.multi_turn import WORKLOADS, episode_config, episode_tasks, play
     from r3l.bench.train_steps import per_workload
-    from r3l.build import env_factory, load_model, make_generator
+    from r3l.build import load_model, make_generator
     from r3l.config import load_config
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -32,9 +32,7 @@ def main() -> None:
     generator = make_generator(config, model, tokenizer)
 
     def measure(chosen):
-        probe = env_factory(chosen)()
-        tasks = list(probe.tasks("train"))[:EPISODES]
-        getattr(probe, "close", lambda: None)()
+        tasks = episode_tasks(chosen)
         play(episode_config(chosen, [], 2), generator, tokenizer, tasks, 2)  # warm-up: first calls, simulators
         return {
             str(turns): play(episode_config(chosen, [], turns), generator, tokenizer, tasks, turns)
