@@ -7,7 +7,8 @@ import copy
 import inspect
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from r3l.rollout.chat import PromptFormat
 from r3l.rollout.deferred import DeferredGenerator
 from r3l.rollout.generator import GENERATORS, Generator, SamplingParams
 from r3l.rollout.generator_settings import check_settings
+from r3l.threads import phase_threads
 
 if TYPE_CHECKING:
     from r3l.learner.learner import Learner
@@ -143,6 +145,20 @@ def autocast_bf16(config: Config) -> bool:
     if config.model.autocast_bf16 != "auto":
         return bool(config.model.autocast_bf16)
     return native_bf16(resolve_device(config.model.device))
+
+
+def computes_in_bf16(config: Config) -> bool:
+    """Whether a step's sampling and update both compute in bf16 (what the thread plan of r3l/threads.py asks)."""
+    return autocast_bf16(config) and generator_dtype(config) == "bfloat16"
+
+
+@contextmanager
+def planned_threads(config: Config, policy, phase: str, metrics: dict[str, float] | None = None) -> Iterator[None]:
+    """torch's thread count for `phase` ("generate" or "learn") of `policy` under `config`: the plan the trainer
+    follows in its steps, for the commands that only sample too (`r3l eval`, `r3l rollout`)."""
+    parameters = sum(parameter.numel() for parameter in policy.parameters())
+    with phase_threads(phase, parameters, computes_in_bf16(config), metrics, config.train.sampling_threads):
+        yield
 
 
 def frozen_reference(model, autocast: bool):

@@ -176,7 +176,15 @@ def evaluate_command(
     key, values = each_values(each)
     configs = [load(args, extra + ([f"{key}={value}"] if key else [])) for value in values]  # refused before imports
     config = configs[0]
-    from r3l.build import env_factory, evaluate_held_out, held_out_tasks, load_model, make_generator, rollout_context
+    from r3l.build import (
+        env_factory,
+        evaluate_held_out,
+        held_out_tasks,
+        load_model,
+        make_generator,
+        planned_threads,
+        rollout_context,
+    )
     from r3l.evaluate import format_hint
     from r3l.trainer import new_run_dir
 
@@ -184,10 +192,12 @@ def evaluate_command(
     policy, tokenizer = load_model(config)
     generator = make_generator(config, policy, tokenizer)
     records, summaries = [], []
+    threads: dict[str, float] = {}
     for each_config, make_env in zip(configs, make_envs):
         tasks = held_out_tasks(each_config, make_env())
         context = rollout_context(each_config, make_env, generator, tokenizer)
-        record, summary, _ = evaluate_held_out(each_config, tasks, context)
+        with planned_threads(each_config, policy, "generate", threads):
+            record, summary, _ = evaluate_held_out(each_config, tasks, context)
         hint = format_hint(summary, each_config.structured.replies)
         if hint:
             typer.echo(hint, err=True)
@@ -214,7 +224,7 @@ def evaluate_command(
         if made:
             shutil.rmtree(out_dir, ignore_errors=True)
         raise
-    typer.echo(json.dumps({"eval_json": str(out_dir / "eval.json"), **summary}, indent=1))
+    typer.echo(json.dumps({"eval_json": str(out_dir / "eval.json"), **summary, **threads}, indent=1))
 
 
 @app.command()
@@ -235,7 +245,7 @@ def rollout(
     """Generate experiences for a few tasks without training (see exactly what would be trained)."""
     config = load(args, first=[*([f"env={env}"] if env else []), *([f"algorithm={strategy}"] if strategy else [])])
     from r3l.algorithms import assign_advantages
-    from r3l.build import build_parts
+    from r3l.build import build_parts, planned_threads
     from r3l.display import show_experiences
     from r3l.experience import write_jsonl
     from r3l.seeding import seed_everything
@@ -253,7 +263,10 @@ def rollout(
         f"({config.sampling.group_size} episodes each)",
         err=True,
     )
-    experiences, metrics = parts.strategy.explore(batch, step=0)
+    threads: dict[str, float] = {}
+    with planned_threads(config, parts.model, "generate", threads):
+        experiences, metrics = parts.strategy.explore(batch, step=0)
+    metrics.update(threads)
     assign_advantages(experiences, config.algorithm.advantage, config.algorithm.advantage_args)
     if show:
         show_experiences(experiences, parts.tokenizer)

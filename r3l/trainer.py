@@ -19,6 +19,7 @@ from r3l.algorithms.rollout_correction import logprob_gap_warning
 from r3l.build import (
     autocast_bf16,
     build_parts,
+    computes_in_bf16,
     defers_generator,
     evaluate_held_out,
     generator_dtype,
@@ -147,7 +148,7 @@ class Trainer:
         self.lora_base = base_checksum(self.model) if is_lora(self.model) else None  # watched after every sync
         # the phases' thread counts (r3l/threads.py) follow the policy's size and number format
         self.policy_parameters = sum(p.numel() for p in self.model.parameters())
-        self.computes_in_bf16 = autocast_bf16(config) and generator_dtype(config) == "bfloat16"
+        self.computes_in_bf16 = computes_in_bf16(config)
         self.tripped_guards: set[str] = set()
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup

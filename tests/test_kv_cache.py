@@ -245,6 +245,10 @@ def test_episodes_play_the_same_with_kept_keys_and_values(embedded, make_env, pa
         ('<think>maybe {"a": 1}?', None),  # thinking still open: no report yet
         ('<think>{"draft": 0}</think> {"a": 1} x', 36),
         ('{"open": [1, 2', None),
+        # an unclosed brace cannot be told from an object in progress: no stop at the object inside it (the parser,
+        # reading the finished text, still finds {"b": 1})
+        ('Use {x and {"b": 1}', None),
+        ('{"report": {"b": 1}', None),
     ],
 )
 def test_report_end_is_the_first_parsing_object_after_thinking(text, end):

@@ -1,5 +1,10 @@
 """Per-phase thread counts: sampling a small model on one thread, the update on every thread given."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -95,3 +100,25 @@ def test_a_training_step_samples_and_learns_on_the_plans_counts(tmp_path):
         trainer.close()
     assert metrics["threads/generate"] == 1.0 and metrics["threads/learn"] == 1.0  # a tiny model: one thread
     assert seen == [("generate", 1), ("learn", 1), ("generate", 2), ("learn", 1)]  # then train.sampling_threads=2
+
+
+def sampling_command_threads(tmp_path, command: str, *args: str) -> float:
+    """threads/generate as `r3l COMMAND` prints it, run on 2 threads with a small bf16 policy (the plan: 1 thread)."""
+    environ = {**os.environ, "OMP_NUM_THREADS": "2"}
+    base = ["model=tiny-random", "generator=scripted", "env=countdown", "model.autocast_bf16=true"]
+    done = subprocess.run(
+        [sys.executable, "-m", "r3l.cli", command, *base, "generator.dtype=bfloat16", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=environ,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout[done.stdout.index("{") :])["threads/generate"]
+
+
+def test_rollout_and_eval_sample_on_the_plans_count(tmp_path):
+    assert sampling_command_threads(tmp_path, "rollout", "--no-show", "--tasks", "1") == 1.0
+    assert sampling_command_threads(tmp_path, "rollout", "--no-show", "--tasks", "1", "train.sampling_threads=2") == 2.0
+    assert sampling_command_threads(tmp_path, "eval", "eval.size=2", "--out", "eval_run") == 1.0

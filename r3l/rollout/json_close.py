@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 def json_object_end(text: str) -> int | None:
     """The index just past the `}` closing the first top-level `{...}` in `text` (braces inside strings, and
     escaped quotes inside strings, do not count; quotes before the first `{` are prose and start no string), or
-    None while no object has closed."""
+    None while no object has closed. A `{` that never closes hides what follows (the report parser lets it pass):
+    while a text grows, an unclosed brace cannot be told from an object still being written."""
     depth, in_string, escaped = 0, False, False
     for index, char in enumerate(text):
         if in_string:
