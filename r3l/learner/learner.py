@@ -208,6 +208,21 @@ class Learner:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    @contextlib.contextmanager
+    def _weights_cast_once(self):
+        """Around one pass's micro-batches: each weight is cast to bf16 once, not once per micro-batch. autocast
+        keeps the casts of the weights that require grad until its outermost region closes, so one region is held
+        open over the pass, with autocast off inside it except in the forwards (`_autocast`), as before: the
+        losses and backwards run exactly as they did. It closes before the optimizer steps, so no cast outlives
+        its weights. Not on sharded ranks (FSDP frees gathered weights after each layer) nor with gradient
+        checkpointing (the casts would stay alive across the layers the checkpoints free)."""
+        if not self.autocast_bf16 or not isinstance(self.ranks, OneProcess) or self.gradient_checkpointing:
+            yield
+            return
+        device = self.device.type
+        with torch.autocast(device, dtype=torch.bfloat16), torch.autocast(device, enabled=False):
+            yield
+
     def _masked_logits(self, model, batch) -> torch.Tensor:
         """Logits [N, V] at the N positions whose next token is trained (see MaskedLogits)."""
         # checkpointed layers recompute in backward, outside this context, so they keep the default kernel
@@ -346,7 +361,8 @@ class Learner:
         for index in range(self.algorithm.updates_per_batch):
             passes = index + 1
             self.optimizer.zero_grad(set_to_none=True)
-            loss = sum((self._accumulate_part(part, plan, sums, first_pass=index == 0) for part in plan.parts), 0.0)
+            with self._weights_cast_once():
+                loss = sum((self._accumulate_part(part, plan, sums, first_pass=index == 0) for part in plan.parts), 0.0)
             norm = self._clip_gradients()  # global on sharded ranks, so each rank reads the same
             loss_value, grad_norm = host_floats([loss, norm])  # the pass's one wait for the device
             sums["loss"] += loss_value
