@@ -48,6 +48,7 @@ from r3l.learner.step_size import median_weight_rms, relative_step, step_size_wa
 from r3l.learner.update_size import update_size_warning
 from r3l.learner.weights import load_weights, merged_state_dict, saved_adapter
 from r3l.logging import MetricsLogger, TrainProgress, console
+from r3l.logging.hack_watch import rejected_endings_warning
 from r3l.memory import headroom_warning, map_large_blocks, memory_limit_mib, memory_metrics, release_free_memory
 from r3l.provenance import check_resume, code_version, display_path, record_session, record_tasks
 from r3l.rollout.deferred import DeferredGenerator
@@ -270,10 +271,12 @@ class Trainer:
 
     def _warn_on_guards(self, metrics: dict[str, float]) -> None:
         """One line at the step a guard starts to trip (an update that changed almost nothing, a log-prob gap
-        between the learner and the sampler on one kind of token), again only after it has cleared."""
+        between the learner and the sampler on one kind of token, episodes paid for ending on rejected moves),
+        again only after it has cleared."""
         for guard, warning in (
             ("update_size", update_size_warning(metrics)),
             ("logprob_gap", logprob_gap_warning(metrics)),
+            ("rejected_endings", rejected_endings_warning(metrics)),
         ):
             if warning and guard not in self.tripped_guards:
                 console.print(f"[yellow]warning: step {self.step + 1}: {warning}[/]", soft_wrap=True)

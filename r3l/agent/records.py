@@ -61,6 +61,20 @@ def trajectory_experience(
     )
 
 
+def rewarded_rejected_ending(trajectory: Trajectory) -> bool:
+    """The environment ended the episode, unsolved, on a move it did not accept, and paid for it: a game that gives
+    partial credit when a player's errors run out (TextArena's GuessTheNumber pays the last guess's closeness
+    after a repeated guess), which a policy can learn to harvest by ending games with invalid moves."""
+    last = trajectory.steps[-1] if trajectory.steps else None
+    return (
+        trajectory.termination == "done"
+        and not trajectory.success
+        and last is not None
+        and not last.admissible
+        and trajectory.reward > 0
+    )
+
+
 def episode_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
     """Success, reward, lengths, early endings and tokenisation drift over groups of episodes."""
     episodes = [t for group in groups for t in group]
@@ -74,6 +88,7 @@ def episode_metrics(groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
         "response_length": mean(len(c.tokens) for c in completions) if completions else 0.0,
         "truncated_fraction": mean(float(c.cut_off) for c in completions) if completions else 0.0,
         "hack/prompt_copies": mean(float(t.success and t.copied_prompt) for t in episodes),
+        "hack/rewarded_rejected_endings": mean(float(rewarded_rejected_ending(t)) for t in episodes),
         "zero_variance_groups": mean(float(len({t.reward for t in group}) == 1) for group in groups if group),
         "generated_tokens": float(sum(t.generated_tokens for t in episodes)),
         "tokenization_drift_rate": mean(float(t.conversation.drift() > 0) for t in episodes),

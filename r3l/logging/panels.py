@@ -166,9 +166,9 @@ PANELS: list[Panel] = [
     ),
     Panel(
         "hack_watch",
-        "reward-hacking watch: rewarded answers that copy the prompt",
+        "reward-hacking watch: rewarded answers that copy the prompt, paid endings on rejected moves",
         "share of episodes",
-        lambda k: k.endswith("hack/prompt_copies"),
+        lambda k: k.endswith(("hack/prompt_copies", "hack/rewarded_rejected_endings")),
         unit_range=True,
         smooth=False,
     ),
