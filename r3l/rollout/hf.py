@@ -90,6 +90,13 @@ class HFGenerator(Generator):
         kv_cache_bytes: Annotated[
             int, Field(gt=0, description="memory the kept keys and values may take; least recently used go first")
         ] = 2 * GIB,
+        decode_attention: Annotated[
+            Literal["sdpa", "kernel"],
+            Field(
+                description="a decode step's attention: torch's SDPA, or r3l's kernel for CPUs with AVX512-BF16 "
+                "(built at first use; SDPA where it cannot be)"
+            ),
+        ] = "sdpa",
     ):
         if decode not in DECODE_MODES:
             raise ValueError(f"decode must be one of {DECODE_MODES}, not {decode!r}")
@@ -106,6 +113,7 @@ class HFGenerator(Generator):
             for kind in getattr(self.model.config.get_text_config(decoder=True), "layer_types", None) or ()
         )
         self.roomy = full_attention  # sliding-window layers keep transformers' own cache, and nothing is kept
+        self.decode_kernel = decode_attention == "kernel" and self._install_decode_kernel()
         self.store = PrefixStore(kv_cache_bytes) if kv_cache and full_attention else None
         self._warned_eviction = False
         self._stats = {
@@ -120,6 +128,16 @@ class HFGenerator(Generator):
             "constraint_breaks": 0,
             "kv_reused_positions": 0,
         }
+
+    def _install_decode_kernel(self) -> bool:
+        from r3l.models.decode_kernel import install
+
+        why = install(self.model) if self.device.type == "cpu" else "the policy is not on a CPU"
+        if why:
+            console.print(
+                f"generator: decode_attention=kernel asked for, SDPA kept: {why}", markup=False, highlight=False
+            )
+        return not why
 
     def sync_weights(self, state_dict) -> None:
         own = self.model.state_dict()

@@ -1,0 +1,167 @@
+// One decode step's attention on a CPU with AVX512-BF16: each row's one query position over its cached keys and
+// values, read in place (any row and head strides), bf16 in, fp32 sums, bf16 out. Built at first use by
+// r3l/models/decode_kernel.py; see docs/DESIGN.md, "Decode attention".
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+// sixteen vectors in, one out: lane j holds the sum of one input's lanes (which one: `lane_sources`)
+inline __m512 sum16(const __m512* v) {
+  __m512 a[8];
+  for (int i = 0; i < 8; ++i)
+    a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  __m512 b[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+    b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  const __m512 c0 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x88), _mm512_shuffle_f32x4(b[0], b[1], 0xDD));
+  const __m512 c1 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x88), _mm512_shuffle_f32x4(b[2], b[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xDD));
+}
+
+// the permutation that puts sum16's lanes in input order
+__m512i lane_order() {
+  alignas(64) float probe[16];
+  __m512 inputs[16];
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) probe[j] = j == 0 ? float(i) : 0.f;
+    inputs[i] = _mm512_load_ps(probe);
+  }
+  _mm512_store_ps(probe, sum16(inputs));
+  alignas(64) int order[16];
+  for (int j = 0; j < 16; ++j) order[int(probe[j])] = j;
+  return _mm512_load_si512(order);
+}
+
+// exp(x) to ~1e-7 relative (2^(x log2 e): a degree-6 polynomial of the fraction, scaled by 2^n); 0 below -87
+inline __m512 exp16(__m512 x) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.f), _CMP_GT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
+  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402265069591007f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471805599453f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
+}
+
+constexpr int kMaxWords = 8;  // head dim up to 256
+
+}  // namespace
+
+// query [rows, query heads, head dim] contiguous; keys, values [rows, kv heads, length, head dim] with the head dim
+// contiguous; allowed [rows, length] bool or empty (all allowed). Returns [rows, query heads, head dim].
+torch::Tensor decode_attention(torch::Tensor query, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
+                               double scale) {
+  TORCH_CHECK(query.scalar_type() == at::kBFloat16 && keys.scalar_type() == at::kBFloat16 &&
+              values.scalar_type() == at::kBFloat16, "decode_attention: bf16 only");
+  TORCH_CHECK(query.is_contiguous() && keys.stride(3) == 1 && values.stride(3) == 1, "decode_attention: layout");
+  const int64_t rows = query.size(0), query_heads = query.size(1), dim = query.size(2);
+  const int64_t kv_heads = keys.size(1), length = keys.size(2), group = query_heads / kv_heads;
+  TORCH_CHECK(dim % 32 == 0 && dim / 32 <= kMaxWords && query_heads % kv_heads == 0 && length > 0,
+              "decode_attention: shape");
+  TORCH_CHECK(allowed.numel() == 0 || (allowed.scalar_type() == at::kBool && allowed.is_contiguous() &&
+                                       allowed.size(0) == rows && allowed.size(1) == length),
+              "decode_attention: mask");
+  auto out = torch::empty({rows, query_heads, dim}, query.options());
+  const auto* q = reinterpret_cast<const uint16_t*>(query.data_ptr<at::BFloat16>());
+  const auto* k = reinterpret_cast<const uint16_t*>(keys.data_ptr<at::BFloat16>());
+  const auto* v = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
+  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const bool* mask = allowed.numel() ? allowed.data_ptr<bool>() : nullptr;
+  const int64_t k_row = keys.stride(0), k_head = keys.stride(1), k_pos = keys.stride(2);
+  const int64_t v_row = values.stride(0), v_head = values.stride(1), v_pos = values.stride(2);
+  const int64_t words = dim / 32, padded = (length + 15) / 16 * 16;
+  const float sc = float(scale), minus_inf = -std::numeric_limits<float>::infinity();
+  const __m512i order = lane_order();
+  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(group * padded), inverse(group);
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t row = pair / kv_heads, head = pair % kv_heads;
+      const uint16_t* key = k + row * k_row + head * k_head;
+      const uint16_t* value = v + row * v_row + head * v_head;
+      for (int64_t g = 0; g < group; ++g) {
+        const uint16_t* qg = q + (row * query_heads + head * group + g) * dim;
+        __m512bh qw[kMaxWords];
+        for (int64_t w = 0; w < words; ++w) qw[w] = (__m512bh)_mm512_loadu_si512(qg + 32 * w);
+        float* s = scores.data() + g * padded;
+        for (int64_t start = 0; start < length; start += 16) {
+          __m512 dots[16];
+          for (int j = 0; j < 16; ++j) {
+            dots[j] = _mm512_setzero_ps();
+            if (start + j < length) {
+              const uint16_t* kr = key + (start + j) * k_pos;
+              for (int64_t w = 0; w < words; ++w)
+                dots[j] = _mm512_dpbf16_ps(dots[j], (__m512bh)_mm512_loadu_si512(kr + 32 * w), qw[w]);
+            }
+          }
+          _mm512_storeu_ps(s + start, _mm512_permutexvar_ps(order, _mm512_mul_ps(sum16(dots), _mm512_set1_ps(sc))));
+        }
+        for (int64_t l = length; l < padded; ++l) s[l] = minus_inf;
+        if (mask != nullptr) {
+          const bool* m = mask + row * length;
+          int64_t l = 0;
+          for (; l + 16 <= length; l += 16) {
+            const __mmask16 off = _mm_cmpeq_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m + l)),
+                                                      _mm_setzero_si128());
+            _mm512_mask_storeu_ps(s + l, off, _mm512_set1_ps(minus_inf));
+          }
+          for (; l < length; ++l)
+            if (!m[l]) s[l] = minus_inf;
+        }
+        __m512 highest = _mm512_set1_ps(minus_inf);
+        for (int64_t l = 0; l < padded; l += 16) highest = _mm512_max_ps(highest, _mm512_loadu_ps(s + l));
+        const float top = _mm512_reduce_max_ps(highest);
+        const __m512 shift = _mm512_set1_ps(top == minus_inf ? 0.f : top);  // a row with nothing allowed: zeros
+        __m512 total = _mm512_setzero_ps();
+        for (int64_t l = 0; l < padded; l += 16) {
+          const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + l), shift));
+          _mm512_storeu_ps(s + l, e);
+          total = _mm512_add_ps(total, e);
+        }
+        const float sum = _mm512_reduce_add_ps(total);
+        inverse[g] = sum > 0.f ? 1.f / sum : 0.f;
+      }
+      __m512 acc[kMaxWords * 2 * 8];  // [group (up to 8 at once)][16-float word]
+      for (int64_t g0 = 0; g0 < group; g0 += 8) {
+        const int64_t gs = group - g0 < 8 ? group - g0 : 8;
+        for (int64_t i = 0; i < gs * 2 * words; ++i) acc[i] = _mm512_setzero_ps();
+        for (int64_t l = 0; l < length; ++l) {
+          const uint16_t* vr = value + l * v_pos;
+          __m512 vf[kMaxWords * 2];
+          for (int64_t w = 0; w < 2 * words; ++w)
+            vf[w] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 16 * w))), 16));
+          for (int64_t g = 0; g < gs; ++g) {
+            const __m512 p = _mm512_set1_ps(scores[(g0 + g) * padded + l]);
+            for (int64_t w = 0; w < 2 * words; ++w)
+              acc[g * 2 * words + w] = _mm512_fmadd_ps(p, vf[w], acc[g * 2 * words + w]);
+          }
+        }
+        for (int64_t g = 0; g < gs; ++g) {
+          uint16_t* dst = o + (row * query_heads + head * group + g0 + g) * dim;
+          const __m512 inv = _mm512_set1_ps(inverse[g0 + g]);
+          for (int64_t w = 0; w < 2 * words; w += 2) {
+            const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_mul_ps(acc[g * 2 * words + w + 1], inv),
+                                                        _mm512_mul_ps(acc[g * 2 * words + w], inv));
+            _mm512_storeu_si512(dst + 16 * w, (__m512i)packed);
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("decode_attention", &decode_attention); }

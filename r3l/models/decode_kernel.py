@@ -1,0 +1,115 @@
+"""The HF generator's decode attention on CPUs with AVX512-BF16 (`generator.decode_attention=kernel`).
+
+torch's CPU flash kernel reads a decode step's keys and values at about a third of the machine's read rate, and
+at a few thousand positions of context that attention is most of the step (docs/BENCH.md, "Decode attention").
+csrc/decode_attention.cpp reads the in-place cache's views where they lie, sums in fp32 (bf16 dot products,
+exponentials to ~1e-7) and writes bf16, as the flash kernel does. It is built with torch's C++ extension tools
+the first time it is asked for (~30 s, then cached); where it cannot be (no compiler, no AVX512-BF16) the
+generator keeps SDPA and says so once.
+
+Installed per model copy as a transformers attention function: a CPU inference decode step (one query position)
+goes to the kernel, anything else (prefill, training, compiled steps, sliding windows, sinks) to transformers'
+SDPA function unchanged, so the masks are transformers' own.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+NAME = "r3l_decode_kernel"
+SOURCE = Path(__file__).parent / "csrc" / "decode_attention.cpp"
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"]
+_SDPA_ONLY = ("softcap", "s_aux", "sinks", "position_bias", "sliding_window")
+
+
+def cpu_has_avx512_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags and " avx512bw" in flags and " avx512vl" in flags
+
+
+@cache
+def kernel() -> tuple[Any, str]:
+    """(the built extension, "") or (None, why not)."""
+    if not cpu_has_avx512_bf16():
+        return None, "this CPU has no AVX512-BF16"
+    try:
+        from torch.utils.cpp_extension import load
+
+        return load("r3l_decode_attention", [str(SOURCE)], extra_cflags=FLAGS, verbose=False), ""
+    except Exception as error:  # noqa: BLE001 - a compiler missing or failing: the generator keeps SDPA
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        return None, f"its build failed ({lines[-1][:160]})"
+
+
+def allowed_positions(mask: torch.Tensor | None, rows: int, length: int) -> torch.Tensor | None:
+    """`[rows, length]` booleans from transformers' boolean SDPA mask of a decode step (`[rows or 1, 1, 1, length]`,
+    True where allowed); an empty tensor for no mask; None for a mask of another kind."""
+    if mask is None:
+        return torch.empty(0, dtype=torch.bool)
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[-1] != length:
+        return None
+    return mask[:, 0, -1, :].expand(rows, length).contiguous()
+
+
+def decode_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: the kernel for a CPU inference decode step, SDPA otherwise."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    built, _ = kernel()
+    usable = (
+        built is not None
+        and query.shape[2] == 1
+        and query.device.type == "cpu"
+        and query.dtype == key.dtype == value.dtype == torch.bfloat16
+        and not torch.is_grad_enabled()
+        and not dropout
+        and not torch.compiler.is_compiling()
+        and not any(kwargs.get(name) is not None for name in _SDPA_ONLY)
+        and query.shape[-1] % 32 == 0
+        and query.shape[-1] <= 256
+        and query.shape[1] % key.shape[1] == 0
+        and key.stride(-1) == 1
+        and value.stride(-1) == 1
+        and key.shape[2] > 0
+    )
+    allowed = allowed_positions(attention_mask, query.shape[0], key.shape[2]) if usable else None
+    if allowed is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
+    mixed = built.decode_attention(query[:, :, 0].contiguous(), key, value, allowed, scale)
+    return mixed[:, None], None
+
+
+def install(model) -> str:
+    """Route `model`'s attention through `decode_attention`; returns "" where it did, else why not."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return f"the model attends with {model.config._attn_implementation!r}, not sdpa"
+    built, why = kernel()
+    if built is None:
+        return why
+    AttentionInterface.register(NAME, decode_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+    model.set_attn_implementation(NAME)
+    return "" if model.config._attn_implementation == NAME else "transformers did not take the attention function"

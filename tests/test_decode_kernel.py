@@ -1,0 +1,112 @@
+"""r3l's decode-attention kernel (`generator.decode_attention=kernel`, r3l/models/csrc/decode_attention.cpp): it
+attends as fp32 arithmetic on the same bf16 inputs does, to within the bf16 rounding of its output, over the
+in-place cache's strided views and transformers' padding masks; the generator that uses it scores its tokens as
+closely to an fp32 forward as SDPA does; where it cannot be built the generator keeps SDPA and says why."""
+
+import copy
+
+import pytest
+import torch
+
+from r3l.models import decode_kernel
+from r3l.models.decode_kernel import allowed_positions, cpu_has_avx512_bf16, kernel
+from r3l.rollout.generator import SamplingParams
+from r3l.rollout.hf import HFGenerator
+
+needs_kernel = pytest.mark.skipif(not cpu_has_avx512_bf16(), reason="the decode kernel needs a CPU with AVX512-BF16")
+
+
+def fp32_attention(query, keys, values, allowed, scale):
+    """[rows, query heads, dim] from fp32 arithmetic on the same inputs (query heads grouped as repeat_kv does)."""
+    group = query.shape[1] // keys.shape[1]
+    keys, values = (t.float().repeat_interleave(group, 1) for t in (keys, values))
+    scores = torch.einsum("rhd,rhld->rhl", query.float(), keys) * scale
+    scores = scores.masked_fill(~allowed[:, None, :], float("-inf"))
+    return torch.einsum("rhl,rhld->rhd", scores.softmax(-1), values)
+
+
+@needs_kernel
+@pytest.mark.parametrize("group, dim, length", [(3, 64, 1), (3, 64, 17), (7, 64, 300), (1, 128, 40), (2, 32, 1000)])
+def test_the_kernel_attends_as_fp32_arithmetic_does(group, dim, length):
+    built, why = kernel()
+    assert built is not None, why
+    generator = torch.Generator().manual_seed(length)
+    rows, kv_heads, room = 3, 2, 9
+    shape = (rows, kv_heads, length + room, dim)
+    key_buffer, value_buffer = (torch.randn(shape, generator=generator).mul(2).bfloat16() for _ in range(2))
+    keys, values = key_buffer[:, :, :length], value_buffer[:, :, :length]  # views, as the in-place cache hands them
+    query = torch.randn(rows, kv_heads * group, dim, generator=generator).mul(2).bfloat16()
+    allowed = torch.ones(rows, length, dtype=torch.bool)
+    allowed[1, : length // 2] = False  # a left-padded row
+    allowed[2] = torch.rand(length, generator=generator) < 0.7
+    allowed[2, -1] = True
+    scale = dim**-0.5
+    got = built.decode_attention(query, keys, values, allowed, scale).float()
+    expected = fp32_attention(query, keys, values, allowed, scale)
+    torch.testing.assert_close(got, expected, atol=1e-2, rtol=8e-3)  # bf16 output: 8 bits of mantissa
+    unrounded_error = (got - expected).abs().max()
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        query[:, :, None], keys, values, attn_mask=allowed[:, None, None], scale=scale, enable_gqa=True
+    )[:, :, 0].float()
+    assert unrounded_error <= (sdpa - expected).abs().max() + 4e-3
+
+
+def test_the_mask_is_read_from_transformers_boolean_decode_mask():
+    mask = torch.tensor([[[[True, False, True]]], [[[True, True, True]]]])
+    assert allowed_positions(mask, 2, 3).tolist() == [[True, False, True], [True, True, True]]
+    assert allowed_positions(mask[:1], 2, 3).tolist() == [[True, False, True]] * 2  # broadcast over rows
+    assert allowed_positions(None, 2, 3).numel() == 0  # no mask: everything allowed
+    assert allowed_positions(mask.float(), 2, 3) is None  # an additive mask: SDPA takes the step
+
+
+def fp32_errors(model, prompts, groups) -> list[float]:
+    """Per row, the largest gap between a reply's recorded log-probabilities and an fp32 forward over it."""
+    reference = copy.deepcopy(model).float().eval()
+    errors = []
+    for prompt, group in zip(prompts, groups):
+        tokens = group[0].tokens
+        with torch.inference_mode():
+            logits = reference(input_ids=torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1]
+        scored = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+        errors.append(max(abs(a - b) for a, b in zip(scored.tolist(), group[0].logprobs)))
+    return errors
+
+
+@needs_kernel
+def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa(monkeypatch):
+    from r3l.models import load_policy
+
+    model, tokenizer = load_policy("smollm2-135m-instruct")  # head dim 64, 9 query heads over 3
+    calls = []
+    built, _ = kernel()
+
+    class Counted:
+        def decode_attention(self, *args):
+            calls.append(args[1].shape[2])
+            return built.decode_attention(*args)
+
+    generators = {mode: HFGenerator(model, tokenizer, decode_attention=mode) for mode in ("sdpa", "kernel")}
+    assert generators["kernel"].decode_kernel and not generators["sdpa"].decode_kernel
+    monkeypatch.setattr(decode_kernel, "kernel", lambda: (Counted(), ""))
+    generator = torch.Generator().manual_seed(0)
+    stop = generators["sdpa"].stop_token_ids
+    prompts = [
+        [t for t in torch.randint(100, 40_000, (n,), generator=generator).tolist() if t not in stop]
+        for n in (300, 240, 170)
+    ]
+    params = SamplingParams(temperature=0.0, max_new_tokens=8)
+    groups = {mode: generator_.generate(prompts, params) for mode, generator_ in generators.items()}
+    assert calls and max(calls) >= 300  # decode steps went through the kernel, over the whole context
+    for sdpa_group, kernel_group in zip(groups["sdpa"], groups["kernel"]):  # the prefill's first token: one path
+        assert kernel_group[0].tokens[0] == sdpa_group[0].tokens[0]
+        assert kernel_group[0].logprobs[0] == sdpa_group[0].logprobs[0]
+    errors = {mode: fp32_errors(model, prompts, groups[mode]) for mode in groups}
+    assert max(errors["kernel"]) <= 1.25 * max(errors["sdpa"]) + 0.05, errors
+
+
+def test_without_the_kernel_the_generator_keeps_sdpa_and_says_why(tiny, monkeypatch, capsys):
+    model, tokenizer = tiny
+    monkeypatch.setattr(decode_kernel, "kernel", lambda: (None, "no compiler here"))
+    generator = HFGenerator(model, tokenizer, decode_attention="kernel")
+    assert not generator.decode_kernel and generator.model.config._attn_implementation == "sdpa"
+    assert "decode_attention=kernel asked for, SDPA kept: no compiler here" in capsys.readouterr().err
