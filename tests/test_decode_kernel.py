@@ -4,6 +4,7 @@ in-place cache's strided views and transformers' padding masks; the generator th
 closely to an fp32 forward as SDPA does; where it cannot be built the generator keeps SDPA and says why."""
 
 import copy
+import shutil
 
 import pytest
 import torch
@@ -13,7 +14,10 @@ from r3l.models.decode_kernel import allowed_positions, cpu_has_avx512_bf16, ker
 from r3l.rollout.generator import SamplingParams
 from r3l.rollout.hf import HFGenerator
 
-needs_kernel = pytest.mark.skipif(not cpu_has_avx512_bf16(), reason="the decode kernel needs a CPU with AVX512-BF16")
+needs_kernel = pytest.mark.skipif(
+    not cpu_has_avx512_bf16() or shutil.which("c++") is None,
+    reason="the decode kernel needs a CPU with AVX512-BF16 and a C++ compiler",
+)
 
 
 def fp32_attention(query, keys, values, allowed, scale):
