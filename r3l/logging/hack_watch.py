@@ -22,8 +22,9 @@ def rejected_endings_warning(metrics: Mapping[str, float]) -> str | None:
         return None
     return (
         f"{share:.0%} of this step's episodes ended unsolved on a move the environment rejected and were still paid "
-        "(a game's partial credit when a player's errors run out): the policy may be learning to end games that "
-        "way; agent.terminate_on with inadmissible stops such an episode at its first rejected move, unpaid"
+        "(a game's partial credit when a player's errors run out), a reward a policy can learn to harvest "
+        "(hack/rewarded_rejected_endings); agent.terminate_on with inadmissible stops such an episode at its first "
+        "rejected move, unpaid"
     )
 
 
