@@ -19,12 +19,12 @@ from r3l.algorithms.rollout_correction import logprob_gap_warning
 from r3l.build import (
     autocast_bf16,
     build_parts,
-    computes_in_bf16,
     defers_generator,
     evaluate_held_out,
     generator_dtype,
     held_out_tasks,
     make_learner,
+    planned_threads,
     resolve_device,
     trainable_policy,
 )
@@ -55,7 +55,6 @@ from r3l.rollout.deferred import DeferredGenerator
 from r3l.rollout.generator import Generator, step_generator_stats
 from r3l.seeding import seed_everything
 from r3l.task_sampler import TaskSampler
-from r3l.threads import phase_threads
 
 if TYPE_CHECKING:
     from r3l.distributed.learner_group import LearnerGroup
@@ -147,9 +146,6 @@ class Trainer:
         self.sampler = self._make_sampler()
         self.model, ref_model = trainable_policy(config, self.parts.model)
         self.lora_base = base_checksum(self.model) if is_lora(self.model) else None  # watched after every sync
-        # the phases' thread counts (r3l/threads.py) follow the policy's size and number format
-        self.policy_parameters = sum(p.numel() for p in self.model.parameters())
-        self.computes_in_bf16 = computes_in_bf16(config)
         self.tripped_guards: set[str] = set()
         if config.distributed.learner_ranks > 1:
             from r3l.distributed.learner_group import LearnerGroup
@@ -355,9 +351,7 @@ class Trainer:
         learner run at once there, so both keep every thread."""
         if self.pipeline is not None:
             return nullcontext()
-        return phase_threads(
-            phase, self.policy_parameters, self.computes_in_bf16, metrics, self.config.train.sampling_threads
-        )
+        return planned_threads(self.config, self.model, phase, metrics)
 
     def train_step(self) -> dict[str, float]:
         config = self.config

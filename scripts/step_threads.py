@@ -43,7 +43,7 @@ def main() -> None:
     ]
     config = load_config(None, [*overrides, *args.overrides])
     trainer = Trainer(config, run_dir=Path(tempfile.mkdtemp(prefix="step_threads_")))
-    parameters = trainer.policy_parameters
+    parameters = sum(p.numel() for p in trainer.model.parameters())
     # (torch's thread count, train.sampling_threads): the trainer's own plan (r3l/threads.py) is the third arm
     arms = {"1 thread": (1, None), "2 threads": (2, 2), "plan (2 given)": (2, None)}
 

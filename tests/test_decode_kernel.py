@@ -63,9 +63,8 @@ def test_the_mask_is_read_from_transformers_boolean_decode_mask():
     assert allowed_positions(mask.float(), 2, 3) is None  # an additive mask: SDPA takes the step
 
 
-def fp32_errors(model, prompts, groups) -> list[float]:
-    """Per row, the largest gap between a reply's recorded log-probabilities and an fp32 forward over it."""
-    reference = copy.deepcopy(model).float().eval()
+def fp32_errors(reference, prompts, groups) -> list[float]:
+    """Per row, the largest gap between a reply's recorded log-probabilities and `reference`'s (fp32) over it."""
     errors = []
     for prompt, group in zip(prompts, groups):
         tokens = group[0].tokens
@@ -104,7 +103,8 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
     for sdpa_group, kernel_group in zip(groups["sdpa"], groups["kernel"]):  # the prefill's first token: one path
         assert kernel_group[0].tokens[0] == sdpa_group[0].tokens[0]
         assert kernel_group[0].logprobs[0] == sdpa_group[0].logprobs[0]
-    errors = {mode: fp32_errors(model, prompts, groups[mode]) for mode in groups}
+    reference = copy.deepcopy(model).float().eval()
+    errors = {mode: fp32_errors(reference, prompts, groups[mode]) for mode in groups}
     assert max(errors["kernel"]) <= 1.25 * max(errors["sdpa"]) + 0.05, errors
 
 

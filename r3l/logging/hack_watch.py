@@ -11,7 +11,7 @@ from r3l.logging.sinks import METRICS_FILE, read_metrics
 
 TRAIN_KEY = "hack/prompt_copies"
 REJECTED_KEY = "hack/rewarded_rejected_endings"
-REJECTED_ALARM = 0.25  # a last step with at least this share, and more than the first step's, is flagged
+REJECTED_ALARM = 0.25  # a step with this share or more warns; a last step above it and above the first is flagged
 
 
 def rejected_endings_warning(metrics: Mapping[str, float]) -> str | None:

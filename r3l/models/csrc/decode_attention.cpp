@@ -10,7 +10,7 @@
 
 namespace {
 
-// sixteen vectors in, one out: lane j holds the sum of one input's lanes (which one: `lane_sources`)
+// sixteen vectors in, one out: lane j holds the sum of one input's lanes (which one: `lane_order`)
 inline __m512 sum16(const __m512* v) {
   __m512 a[8];
   for (int i = 0; i < 8; ++i)
