@@ -4,7 +4,9 @@ on long episodes, and decode speed at long contexts.
 Episodes of 5, 10, 20 and 40 turns on TextWorldExpress and GuessTheNumber, with no early stop (every episode
 plays its turns unless the game ends), played with the cache off and on in one run, the modes alternating over
 `repeats`: wall time per episode, positions prefilled and tokens decoded per episode, and the time of a turn
-(one generation call for all episodes in flight) at turn 1 and at turn 20. Then decode efficiency (weight + KV
+(one generation call for all episodes in flight) at turn 1 and at turn 20, each split into prefill and decode, beside
+the bytes its decoding must read (weights once a step, every attended key and value): the ratio of those bytes at
+turn 20 to turn 1 is the growth no decode loop can avoid without reading less. Then decode efficiency (weight + KV
 bytes read / decode time / measured copy bandwidth, as the `limits` section computes it) at 2k and 4k tokens of
 context, with the decode cache that grows in place against transformers' DynamicCache (a copy of the whole cache
 per step, the decode loop before). Then the same episodes on vLLM with prefix caching, where vLLM's environment
@@ -40,21 +42,28 @@ LONG_CONTEXTS = (2048, 4096)
 LONG_ROWS = 4
 LONG_STEPS = 32
 KERNEL_MODE = "in place, r3l's decode kernel"
+LATE_TURN = 20  # the turn compared with turn 1
+TURN_COUNTERS = ("prefill_positions", "prefill_seconds", "decode_steps", "decode_kv_positions", "decode_seconds")
 
 
 class TimedTurns(Generator):
-    """Passes calls through, timing each: the runner makes one call per turn."""
+    """Passes calls through, timing each and keeping the generator's counters it moved: the runner makes one call
+    per turn."""
 
     def __init__(self, inner: Generator):
         self.inner = inner
         self.seconds: list[float] = []
+        self.counters: list[dict[str, float]] = []
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, n: int = 1, constraints: Constraints = None
     ) -> list[list[Completion]]:
+        before = self.inner.stats
         started = time.perf_counter()
         out = self.inner.generate(prompts, params, n, constraints)
         self.seconds.append(time.perf_counter() - started)
+        after = self.inner.stats
+        self.counters.append({key: after[key] - before[key] for key in TURN_COUNTERS if key in after})
         return out
 
     @property
@@ -62,8 +71,21 @@ class TimedTurns(Generator):
         return self.inner.stats
 
 
-def play(config: Config, generator: Generator, tokenizer, tasks: list, turns: int) -> dict[str, Any]:
-    """One batch of EPISODES episodes of up to `turns` turns; its figures per episode."""
+def turn_figures(counters: dict[str, float], shape: ModelShape, bytes_per_value: int) -> dict[str, float]:
+    """One turn's prefill and decode seconds and the bytes its decoding read (`decode_bytes`)."""
+    read = decode_bytes(shape, counters.get("decode_steps", 0), counters.get("decode_kv_positions", 0), bytes_per_value)
+    return {
+        "prefill_seconds": counters.get("prefill_seconds", 0.0),
+        "decode_seconds": counters.get("decode_seconds", 0.0),
+        "decode_bytes": read,
+    }
+
+
+def play(
+    config: Config, generator: Generator, tokenizer, tasks: list, turns: int, shape: ModelShape, bytes_per_value: int
+) -> dict[str, Any]:
+    """One batch of EPISODES episodes of up to `turns` turns; its figures per episode, and turn 1's and
+    LATE_TURN's (None where the episodes stopped before it)."""
     from r3l.agent.episodes import EpisodeRunner, EpisodeStart
     from r3l.build import agent_limits, env_factory, sampling_params
     from r3l.rollout.chat import PromptFormat
@@ -81,13 +103,33 @@ def play(config: Config, generator: Generator, tokenizer, tasks: list, turns: in
     wall = time.perf_counter() - started
     after = generator.stats
     count = len(episodes)
-    return {
+    late = len(timed.seconds) >= LATE_TURN
+    figures: dict[str, Any] = {
         "wall_seconds_per_episode": wall / count,
         "turns_per_episode": sum(e.num_steps for e in episodes) / count,
         "prefilled_per_episode": (after["prefill_positions"] - before["prefill_positions"]) / count,
         "decoded_per_episode": (after["generated_tokens"] - before["generated_tokens"]) / count,
         "turn_1_seconds": timed.seconds[0],
-        "turn_20_seconds": timed.seconds[19] if len(timed.seconds) >= 20 else None,
+        "turn_20_seconds": timed.seconds[LATE_TURN - 1] if late else None,
+    }
+    first = turn_figures(timed.counters[0], shape, bytes_per_value)
+    last = turn_figures(timed.counters[LATE_TURN - 1], shape, bytes_per_value) if late else {}
+    for key, value in first.items():
+        figures[f"turn_1_{key}"] = value
+        figures[f"turn_20_{key}"] = last.get(key)
+    return figures
+
+
+def late_turn_growth(figures: dict[str, Any]) -> dict[str, float] | None:
+    """Turn 20's time over turn 1's, and the same ratio of the bytes their decoding read, from a mode's medians;
+    None where no episode reached turn 20."""
+    medians = {key: value["median"] for key, value in figures.items() if isinstance(value, dict) and "median" in value}
+    if not all(key in medians for key in ("turn_20_seconds", "turn_20_decode_bytes")):
+        return None
+    return {
+        "seconds": medians["turn_20_seconds"] / max(medians["turn_1_seconds"], 1e-12),
+        "decode_bytes": medians["turn_20_decode_bytes"] / max(medians["turn_1_decode_bytes"], 1e-12),
+        "decode_seconds": medians["turn_20_decode_seconds"] / max(medians["turn_1_decode_seconds"], 1e-12),
     }
 
 
@@ -122,22 +164,27 @@ def measure_episodes(config: Config, repeats: int, turns_list: Sequence[int]) ->
 
     model, tokenizer = load_model(config)
     dtype = getattr(torch, generator_dtype(config))
+    shape = ModelShape.from_config(model.config)
     generators = {mode: HFGenerator(model, tokenizer, dtype=dtype, kv_cache=mode == "on") for mode in MODES}
     tasks = episode_tasks(config)
+    played = lambda mode, turns: play(  # noqa: E731
+        episode_config(config, [], turns), generators[mode], tokenizer, tasks, turns, shape, dtype.itemsize
+    )
     for mode in MODES:  # warm-up: first calls, simulators started
-        play(episode_config(config, [], 2), generators[mode], tokenizer, tasks, 2)
+        played(mode, 2)
     figures: dict[str, Any] = {}
     for turns in turns_list:
         runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
         for _ in range(repeats):
             for mode in MODES:
-                runs[mode].append(play(episode_config(config, [], turns), generators[mode], tokenizer, tasks, turns))
+                runs[mode].append(played(mode, turns))
         row: dict[str, Any] = {}
         for mode, records in runs.items():
             row[mode] = {
                 key: spread([r[key] for r in records]) for key in records[0] if all(r[key] is not None for r in records)
             }
         row["speedup"] = median_ratio(row["off"]["wall_seconds_per_episode"], row["on"]["wall_seconds_per_episode"])
+        row["growth"] = {mode: late_turn_growth(row[mode]) for mode in MODES}
         figures[str(turns)] = row
     return figures
 
@@ -242,12 +289,12 @@ def table(data: dict) -> str:
         f"no early stops; {data['repeats']} batches per mode, the modes alternating; medians [min, max].",
         "",
         "| workload | turns | cache | s / episode | turns played | prefilled / episode | decoded / episode | "
-        "turn 1 s | turn 20 s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "turn 1 s | turn 20 s | turn 20 / 1: time (decode) | decode bytes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, sizes in data["workloads"].items():
         if "skipped" in sizes:
-            lines.append(f"| {label} | skipped: {sizes['skipped']} | | | | | | | |")
+            lines.append(f"| {label} | skipped: {sizes['skipped']} | | | | | | | | | |")
             continue
         for turns, row in sizes.items():
             for mode in MODES:
@@ -257,9 +304,10 @@ def table(data: dict) -> str:
                     f"| {label} | {turns} | {mode} | {cell(figures['wall_seconds_per_episode'])} | "
                     f"{figures['turns_per_episode']['median']:.1f} | "
                     f"{figures['prefilled_per_episode']['median']:.0f} | "
-                    f"{figures['decoded_per_episode']['median']:.0f} | {cell(figures['turn_1_seconds'])} | {turn_20} |"
+                    f"{figures['decoded_per_episode']['median']:.0f} | {cell(figures['turn_1_seconds'])} | {turn_20} | "
+                    f"{growth_cells(row.get('growth', {}).get(mode))} |"
                 )
-            lines.append(f"| {label} | {turns} | off / on | **{row['speedup']:.2f}x** | | | | | |")
+            lines.append(f"| {label} | {turns} | off / on | **{row['speedup']:.2f}x** | | | | | | | |")
     lines += [
         "",
         "| context | decode cache | decode efficiency | s / step |",
@@ -276,6 +324,13 @@ def table(data: dict) -> str:
             lines.append(f"| {context} | in place with the kernel / concatenating | **{row['kernel_gain']:.2f}x** | |")
     lines += ["", *vllm_lines(data["vllm"])]
     return "\n".join(lines) + "\n"
+
+
+def growth_cells(growth: dict[str, float] | None) -> str:
+    """Turn 20 over turn 1: its time (its decoding's time), and the bytes its decoding read."""
+    if not growth:
+        return "- | -"
+    return f"{growth['seconds']:.2f}x ({growth['decode_seconds']:.2f}x) | {growth['decode_bytes']:.2f}x"
 
 
 def vllm_lines(vllm: dict[str, Any] | str) -> list[str]:
