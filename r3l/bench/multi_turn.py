@@ -10,7 +10,8 @@ turn 20 to turn 1 is the growth no decode loop can avoid without reading less. T
 bytes read / decode time / measured copy bandwidth, as the `limits` section computes it) at 2k and 4k tokens of
 context, with the decode cache that grows in place against transformers' DynamicCache (a copy of the whole cache
 per step, the decode loop before). Then the same episodes on vLLM with prefix caching, where vLLM's environment
-exists (r3l/bench/multi_turn_vllm.py runs there).
+exists (r3l/bench/multi_turn_vllm.py runs there). The episodes' generators take the config's generator settings
+(`generator.decode_attention=kernel` plays them with r3l's decode kernel).
 """
 
 from __future__ import annotations
@@ -159,13 +160,16 @@ def episode_tasks(config: Config) -> list:
 
 
 def measure_episodes(config: Config, repeats: int, turns_list: Sequence[int]) -> dict[str, Any]:
-    from r3l.build import generator_dtype, load_model
+    from r3l.build import generator_dtype, generator_settings, load_model
     from r3l.rollout.hf import HFGenerator
 
     model, tokenizer = load_model(config)
     dtype = getattr(torch, generator_dtype(config))
     shape = ModelShape.from_config(model.config)
-    generators = {mode: HFGenerator(model, tokenizer, dtype=dtype, kv_cache=mode == "on") for mode in MODES}
+    settings = generator_settings(config) if config.generator.name == "hf" else {}  # e.g. decode_attention=kernel
+    generators = {
+        mode: HFGenerator(model, tokenizer, dtype=dtype, **{**settings, "kv_cache": mode == "on"}) for mode in MODES
+    }
     tasks = episode_tasks(config)
     played = lambda mode, turns: play(  # noqa: E731
         episode_config(config, [], turns), generators[mode], tokenizer, tasks, turns, shape, dtype.itemsize
