@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from r3l.models import decode_kernel
+from r3l.models import decode_kernel, grouped_attention
 from r3l.models.decode_kernel import allowed_positions, cpu_has_avx512_bf16, kernel
 from r3l.rollout.generator import SamplingParams
 from r3l.rollout.hf import HFGenerator
@@ -112,5 +112,5 @@ def test_without_the_kernel_the_generator_keeps_sdpa_and_says_why(tiny, monkeypa
     model, tokenizer = tiny
     monkeypatch.setattr(decode_kernel, "kernel", lambda: (None, "no compiler here"))
     generator = HFGenerator(model, tokenizer, decode_attention="kernel")
-    assert not generator.decode_kernel and generator.model.config._attn_implementation == "sdpa"
+    assert not generator.decode_kernel and generator.model.config._attn_implementation == grouped_attention.NAME
     assert "decode_attention=kernel asked for, SDPA kept: no compiler here" in capsys.readouterr().err

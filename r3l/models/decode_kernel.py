@@ -8,8 +8,9 @@ the first time it is asked for (~30 s, then cached); where it cannot be (no comp
 generator keeps SDPA and says so once.
 
 Installed per model copy as a transformers attention function: a CPU inference decode step (one query position)
-goes to the kernel, anything else (prefill, training, compiled steps, sliding windows, sinks) to transformers'
-SDPA function unchanged, so the masks are transformers' own.
+goes to the kernel, anything else (prefill, training, compiled steps, sliding windows, sinks) to
+`grouped_attention.grouped_attention` (SDPA, grouped keys as they are in CPU inference), so the masks are
+transformers' own.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Any
 
 import torch
 
+from r3l.models.grouped_attention import SDPA_ONLY, grouped_attention, route
+
 NAME = "r3l_decode_kernel"
 SOURCE = Path(__file__).parent / "csrc" / "decode_attention.cpp"
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"]
-_SDPA_ONLY = ("softcap", "s_aux", "sinks", "position_bias", "sliding_window")
 
 
 def cpu_has_avx512_bf16() -> bool:
@@ -70,8 +72,6 @@ def decode_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: the kernel for a CPU inference decode step, SDPA otherwise."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     built, _ = kernel()
     usable = (
         built is not None
@@ -81,7 +81,7 @@ def decode_attention(
         and not torch.is_grad_enabled()
         and not dropout
         and not torch.compiler.is_compiling()
-        and not any(kwargs.get(name) is not None for name in _SDPA_ONLY)
+        and not any(kwargs.get(name) is not None for name in SDPA_ONLY)
         and query.shape[-1] % 32 == 0
         and query.shape[-1] <= 256
         and query.shape[1] % key.shape[1] == 0
@@ -91,9 +91,7 @@ def decode_attention(
     )
     allowed = allowed_positions(attention_mask, query.shape[0], key.shape[2]) if usable else None
     if allowed is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        return grouped_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
     mixed = built.decode_attention(query[:, :, 0].contiguous(), key, value, allowed, scale)
     return mixed[:, None], None
@@ -101,15 +99,9 @@ def decode_attention(
 
 def install(model) -> str:
     """Route `model`'s attention through `decode_attention`; returns "" where it did, else why not."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return f"the model attends with {model.config._attn_implementation!r}, not sdpa"
     built, why = kernel()
     if built is None:
         return why
-    AttentionInterface.register(NAME, decode_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
-    model.set_attn_implementation(NAME)
-    return "" if model.config._attn_implementation == NAME else "transformers did not take the attention function"
+    return route(model, NAME, decode_attention)

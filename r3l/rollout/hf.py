@@ -114,6 +114,10 @@ class HFGenerator(Generator):
         )
         self.roomy = full_attention  # sliding-window layers keep transformers' own cache, and nothing is kept
         self.decode_kernel = decode_attention == "kernel" and self._install_decode_kernel()
+        if not self.decode_kernel and self.device.type == "cpu":
+            from r3l.models.grouped_attention import install
+
+            install(self.model)  # a model that does not attend with SDPA keeps its own attention
         self.store = PrefixStore(kv_cache_bytes) if kv_cache and full_attention else None
         self._warned_eviction = False
         self._stats = {
