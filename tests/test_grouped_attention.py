@@ -3,6 +3,7 @@ bit for bit what transformers' SDPA computes after repeating them, taken only by
 query position under a mask, and a generator with it replies and scores exactly as one without it, its kept keys
 reused across calls."""
 
+import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -27,11 +28,12 @@ def left_padded_mask(lengths: list[int], queries: int, width: int) -> torch.Tens
     return allowed[:, None]
 
 
-def test_grouped_keys_attend_bit_for_bit_as_repeated_ones():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_grouped_keys_attend_bit_for_bit_as_repeated_ones(dtype):
     generator = torch.Generator().manual_seed(0)
     rows, kv_heads, queries, width, dim = 3, 2, 5, 40, 16
-    query = torch.randn(rows, kv_heads * Grouped.num_key_value_groups, queries, dim, generator=generator).bfloat16()
-    key, value = (torch.randn(rows, kv_heads, width, dim, generator=generator).bfloat16() for _ in range(2))
+    query = torch.randn(rows, kv_heads * Grouped.num_key_value_groups, queries, dim, generator=generator).to(dtype)
+    key, value = (torch.randn(rows, kv_heads, width, dim, generator=generator).to(dtype) for _ in range(2))
     mask = left_padded_mask([40, 31, 12], queries, width)
     module = Grouped()
     with torch.inference_mode():
