@@ -83,10 +83,16 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
     calls = []
     built, _ = kernel()
 
+    linear_rows = []
+
     class Counted:
         def decode_attention(self, *args):
             calls.append(args[1].shape[2])
             return built.decode_attention(*args)
+
+        def few_rows_linear(self, x, weight):
+            linear_rows.append(x.shape[0])
+            return built.few_rows_linear(x, weight)
 
     generators = {mode: HFGenerator(model, tokenizer, decode_attention=mode) for mode in ("sdpa", "kernel")}
     assert generators["kernel"].decode_kernel and not generators["sdpa"].decode_kernel
@@ -100,12 +106,47 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
     params = SamplingParams(temperature=0.0, max_new_tokens=8)
     groups = {mode: generator_.generate(prompts, params) for mode, generator_ in generators.items()}
     assert calls and max(calls) >= 300  # decode steps went through the kernel, over the whole context
-    for sdpa_group, kernel_group in zip(groups["sdpa"], groups["kernel"]):  # the prefill's first token: one path
-        assert kernel_group[0].tokens[0] == sdpa_group[0].tokens[0]
-        assert kernel_group[0].logprobs[0] == sdpa_group[0].logprobs[0]
+    assert linear_rows and max(linear_rows) == 3  # and their linear layers, three rows at a time
+    for sdpa_group, kernel_group in zip(groups["sdpa"], groups["kernel"]):  # the prefill's first token: one
+        assert kernel_group[0].tokens[0] == sdpa_group[0].tokens[0]  # path but the head's few-rows product
+        assert abs(kernel_group[0].logprobs[0] - sdpa_group[0].logprobs[0]) < 1e-4
     reference = copy.deepcopy(model).float().eval()
     errors = {mode: fp32_errors(reference, prompts, groups[mode]) for mode in groups}
     assert max(errors["kernel"]) <= 1.25 * max(errors["sdpa"]) + 0.05, errors
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows, inputs, outputs", [(1, 64, 16), (3, 576, 1536), (4, 96, 37)])
+def test_few_rows_linear_is_fp32_arithmetic_rounded_to_bf16(rows, inputs, outputs):
+    built, why = kernel()
+    assert built is not None, why
+    generator = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, inputs, generator=generator).bfloat16()
+    weight = torch.randn(outputs, inputs, generator=generator).bfloat16()
+    exact = x.float() @ weight.float().t()
+    got = built.few_rows_linear(x, weight)
+    assert got.shape == (rows, outputs) and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), exact, rtol=2**-8, atol=1e-3 * exact.abs().max().item())
+
+
+def test_a_linear_layer_takes_the_kernel_only_for_a_few_bf16_rows_without_gradients(monkeypatch):
+    taken = []
+
+    class Recorded:
+        def few_rows_linear(self, x, weight):
+            taken.append(tuple(x.shape))
+            return torch.nn.functional.linear(x, weight)
+
+    monkeypatch.setattr(decode_kernel, "kernel", lambda: (Recorded(), ""))
+    layer = torch.nn.Linear(64, 8).bfloat16()
+    with torch.inference_mode():
+        small = decode_kernel.few_rows_forward(layer, torch.ones(2, 1, 64, dtype=torch.bfloat16))
+        decode_kernel.few_rows_forward(layer, torch.ones(decode_kernel.FEW_ROWS + 1, 64, dtype=torch.bfloat16))
+        decode_kernel.few_rows_forward(layer.float(), torch.ones(2, 64))
+    decode_kernel.few_rows_forward(layer.bfloat16(), torch.ones(2, 64, dtype=torch.bfloat16))  # gradients on
+    assert taken == [(2, 64)]
+    expected = torch.nn.functional.linear(torch.ones(2, 1, 64, dtype=torch.bfloat16), layer.weight, layer.bias)
+    assert small.shape == (2, 1, 8) and torch.equal(small, expected)  # the bias added, the shape restored
 
 
 def test_without_the_kernel_the_generator_keeps_sdpa_and_says_why(tiny, monkeypatch, capsys):

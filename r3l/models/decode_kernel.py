@@ -16,6 +16,7 @@ transformers' own.
 from __future__ import annotations
 
 import math
+import types
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -97,11 +98,43 @@ def decode_attention(
     return mixed[:, None], None
 
 
+FEW_ROWS = 4  # up to this many rows the kernel's matrix-vector products read the weights faster than torch's
+
+
+def few_rows_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """A linear layer's forward: the kernel's `few_rows_linear` for a CPU inference call of at most FEW_ROWS
+    rows in bf16 (a decode step of a few rows), `F.linear` otherwise."""
+    built, _ = kernel()
+    weight = module.weight
+    rows = x.numel() // max(x.shape[-1], 1)
+    if (
+        built is None
+        or rows > FEW_ROWS
+        or rows == 0
+        or torch.is_grad_enabled()
+        or torch.compiler.is_compiling()
+        or x.device.type != "cpu"
+        or x.dtype != torch.bfloat16
+        or weight.dtype != torch.bfloat16
+        or x.shape[-1] % 32
+        or not weight.is_contiguous()
+    ):
+        return torch.nn.functional.linear(x, weight, module.bias)
+    out = built.few_rows_linear(x.reshape(rows, x.shape[-1]).contiguous(), weight)
+    if module.bias is not None:
+        out = out + module.bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
 def install(model) -> str:
-    """Route `model`'s attention through `decode_attention`; returns "" where it did, else why not."""
+    """Route `model`'s attention through `decode_attention` and its plain linear layers' forwards through
+    `few_rows_forward`; returns "" where it did, else why not."""
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return f"the model attends with {model.config._attn_implementation!r}, not sdpa"
     built, why = kernel()
     if built is None:
         return why
+    for module in model.modules():
+        if type(module) is torch.nn.Linear:  # subclasses (LoRA's, quantised) keep their own forward
+            module.forward = types.MethodType(few_rows_forward, module)  # type: ignore[method-assign]
     return route(model, NAME, decode_attention)

@@ -164,4 +164,49 @@ torch::Tensor decode_attention(torch::Tensor query, torch::Tensor keys, torch::T
   return out;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("decode_attention", &decode_attention); }
+// x [rows, in] contiguous, rows <= 8; weight [out, in] contiguous, in a multiple of 32. Returns x weight^T
+// [rows, out]: each weight row read once from memory, bf16 dot products summed in fp32, bf16 out.
+torch::Tensor few_rows_linear(torch::Tensor x, torch::Tensor weight) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16, "few_rows_linear: bf16 only");
+  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.is_contiguous() && weight.is_contiguous(),
+              "few_rows_linear: layout");
+  const int64_t rows = x.size(0), in = x.size(1), outs = weight.size(0);
+  TORCH_CHECK(rows >= 1 && rows <= 8 && in % 32 == 0 && weight.size(1) == in, "few_rows_linear: shape");
+  auto out = torch::empty({rows, outs}, x.options());
+  const auto* xs = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const auto* ws = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
+  auto* os = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const int64_t words = in / 32, blocks = (outs + 15) / 16;
+  const __m512i order = lane_order();
+  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
+    alignas(64) float sums[16];
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t first = block * 16, count = outs - first < 16 ? outs - first : 16;
+      const uint16_t* wb[16];  // the block's weight rows; past the last output, the last again (its sums unused)
+      for (int j = 0; j < 16; ++j) wb[j] = ws + (first + (j < count ? j : count - 1)) * in;
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t* xr = xs + r * in;
+        __m512 dots[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) dots[j] = _mm512_setzero_ps();
+        for (int64_t w = 0; w < words; ++w) {
+          const __m512bh xw = (__m512bh)_mm512_loadu_si512(xr + 32 * w);
+#pragma GCC unroll 16
+          for (int j = 0; j < 16; ++j)
+            dots[j] = _mm512_dpbf16_ps(dots[j], (__m512bh)_mm512_loadu_si512(wb[j] + 32 * w), xw);
+        }
+        _mm512_store_ps(sums, _mm512_permutexvar_ps(order, sum16(dots)));
+        const __m256bh packed = _mm512_cvtneps_pbh(_mm512_load_ps(sums));
+        alignas(32) uint16_t halves[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(halves), (__m256i)packed);
+        for (int64_t j = 0; j < count; ++j) os[r * outs + first + j] = halves[j];
+      }
+    }
+  });
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_attention", &decode_attention);
+  m.def("few_rows_linear", &few_rows_linear);
+}
