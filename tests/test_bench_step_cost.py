@@ -46,7 +46,7 @@ def test_section_measures_r3l_and_grpo_on_the_same_tasks(tmp_path, monkeypatch):
 
 def test_the_table_reads_without_the_one_pass_arms():
     cell = {"min": 1.0, "median": 2.0, "max": 3.0}
-    figures = {key: cell for key in step_cost.FIGURES}
+    figures = dict.fromkeys(step_cost.FIGURES, cell)
     data = {"tasks_per_step": 4, "group_size": 4, "warmup": 1, "repeats": 3, "r3l_over_grpo": 1.5}
     markdown = step_cost.table({**data, "arms": {"grpo": figures, "r3l": figures}})
     assert "| r3l | 2.0 [1.0, 3.0] |" in markdown and "R3L / GRPO median step: **1.50x**." in markdown

@@ -17,9 +17,12 @@ ENGINE_ARGS = {"enable_prefix_caching": True, "enforce_eager": True}
 
 
 def main() -> None:
+    import torch
+
+    from r3l.bench.flops import ModelShape
     from r3l.bench.multi_turn import WORKLOADS, episode_config, episode_tasks, play
     from r3l.bench.train_steps import per_workload
-    from r3l.build import load_model, make_generator
+    from r3l.build import generator_dtype, load_model, make_generator
     from r3l.config import load_config
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,14 +33,15 @@ def main() -> None:
     config = load_config(str(args.config), ["generator=vllm", f"generator.engine_args={json.dumps(ENGINE_ARGS)}"])
     model, tokenizer = load_model(config)
     generator = make_generator(config, model, tokenizer)
+    shape, bytes_per_value = ModelShape.from_config(model.config), getattr(torch, generator_dtype(config)).itemsize
 
     def measure(chosen):
         tasks = episode_tasks(chosen)
-        play(episode_config(chosen, [], 2), generator, tokenizer, tasks, 2)  # warm-up: first calls, simulators
-        return {
-            str(turns): play(episode_config(chosen, [], turns), generator, tokenizer, tasks, turns)
-            for turns in turns_list
-        }
+        played = lambda turns: play(  # noqa: E731
+            episode_config(chosen, [], turns), generator, tokenizer, tasks, turns, shape, bytes_per_value
+        )
+        played(2)  # warm-up: first calls, simulators
+        return {str(turns): played(turns) for turns in turns_list}
 
     print(json.dumps(per_workload(config, WORKLOADS, measure)))
 
