@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from r3l.models.grouped_attention import SDPA_ONLY, grouped_attention, route
+from r3l.models.grouped_attention import SDPA_ONLY, grouped_attention, not_sdpa, route
 
 NAME = "r3l_decode_kernel"
 SOURCE = Path(__file__).parent / "csrc" / "decode_attention.cpp"
@@ -128,13 +128,15 @@ def few_rows_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 def install(model) -> str:
     """Route `model`'s attention through `decode_attention` and its plain linear layers' forwards through
-    `few_rows_forward`; returns "" where it did, else why not."""
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
-        return f"the model attends with {model.config._attn_implementation!r}, not sdpa"
+    `few_rows_forward`; returns "" where it did, else why not (and then leaves the model as it was)."""
+    if why := not_sdpa(model):  # before the build: a model the kernel cannot serve costs no compile
+        return why
     built, why = kernel()
     if built is None:
+        return why
+    if why := route(model, NAME, decode_attention):
         return why
     for module in model.modules():
         if type(module) is torch.nn.Linear:  # subclasses (LoRA's, quantised) keep their own forward
             module.forward = types.MethodType(few_rows_forward, module)  # type: ignore[method-assign]
-    return route(model, NAME, decode_attention)
+    return ""

@@ -58,14 +58,20 @@ def grouped_attention(
     return mixed.transpose(1, 2).contiguous(), None
 
 
+def not_sdpa(model) -> str:
+    """Why `model`'s attention cannot be routed through an SDPA-like function ("" where it can)."""
+    implementation = getattr(model.config, "_attn_implementation", None)
+    return "" if implementation == "sdpa" else f"the model attends with {implementation!r}, not sdpa"
+
+
 def route(model, name: str, function) -> str:
     """Route `model`'s attention through `function` registered as `name` (masks as SDPA's); "" where it did, else
     why not."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
-        return f"the model attends with {model.config._attn_implementation!r}, not sdpa"
+    if why := not_sdpa(model):
+        return why
     AttentionInterface.register(name, function)
     ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
     model.set_attn_implementation(name)
