@@ -1,7 +1,8 @@
-"""r3l's decode-attention kernel (`generator.decode_attention=kernel`, r3l/models/csrc/decode_attention.cpp): it
-attends as fp32 arithmetic on the same bf16 inputs does, to within the bf16 rounding of its output, over the
-in-place cache's strided views and transformers' padding masks; the generator that uses it scores its tokens as
-closely to an fp32 forward as SDPA does; where it cannot be built the generator keeps SDPA and says why."""
+"""r3l's decode kernels (`generator.decode_attention=kernel`, r3l/models/csrc/: AVX512-BF16 vectors, and AMX tiles
+where the CPU has them): each attends as fp32 arithmetic on the same bf16 inputs does, to within the bf16
+rounding of its output, over the in-place cache's strided views and transformers' padding masks, and multiplies
+a few rows by a weight as fp32 arithmetic rounded to bf16; the generator that uses them scores its tokens as
+closely to an fp32 forward as SDPA does; where they cannot be built the generator keeps SDPA and says why."""
 
 import copy
 import shutil
@@ -18,6 +19,17 @@ needs_kernel = pytest.mark.skipif(
     not cpu_has_avx512_bf16() or shutil.which("c++") is None,
     reason="the decode kernel needs a CPU with AVX512-BF16 and a C++ compiler",
 )
+ATTENTIONS = ["decode_attention", "decode_attention_tiles"]
+LINEARS = ["few_rows_linear", "few_rows_linear_tiles"]
+
+
+def kernel_function(name: str):
+    """The built extension's `name`; a tile kernel's test is skipped where this CPU or OS has no AMX tiles."""
+    built, why = kernel()
+    assert built is not None, why
+    if name.endswith("_tiles") and not built.tiles_ready():
+        pytest.skip("no AMX tiles on this CPU (or the OS does not let this process use them)")
+    return getattr(built, name)
 
 
 def fp32_attention(query, keys, values, allowed, scale):
@@ -30,10 +42,13 @@ def fp32_attention(query, keys, values, allowed, scale):
 
 
 @needs_kernel
-@pytest.mark.parametrize("group, dim, length", [(3, 64, 1), (3, 64, 17), (7, 64, 300), (1, 128, 40), (2, 32, 1000)])
-def test_the_kernel_attends_as_fp32_arithmetic_does(group, dim, length):
-    built, why = kernel()
-    assert built is not None, why
+@pytest.mark.parametrize("name", ATTENTIONS)
+@pytest.mark.parametrize(
+    "group, dim, length",
+    [(3, 64, 1), (3, 64, 17), (7, 64, 300), (1, 128, 40), (2, 32, 1000), (16, 96, 33), (4, 256, 70)],
+)
+def test_the_kernel_attends_as_fp32_arithmetic_does(name, group, dim, length):
+    attend = kernel_function(name)
     generator = torch.Generator().manual_seed(length)
     rows, kv_heads, room = 3, 2, 9
     shape = (rows, kv_heads, length + room, dim)
@@ -45,7 +60,7 @@ def test_the_kernel_attends_as_fp32_arithmetic_does(group, dim, length):
     allowed[2] = torch.rand(length, generator=generator) < 0.7
     allowed[2, -1] = True
     scale = dim**-0.5
-    got = built.decode_attention(query, keys, values, allowed, scale).float()
+    got = attend(query, keys, values, allowed, scale).float()
     expected = fp32_attention(query, keys, values, allowed, scale)
     torch.testing.assert_close(got, expected, atol=1e-2, rtol=8e-3)  # bf16 output: 8 bits of mantissa
     unrounded_error = (got - expected).abs().max()
@@ -86,13 +101,24 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
     linear_rows = []
 
     class Counted:
+        def tiles_ready(self):
+            return built.tiles_ready()
+
         def decode_attention(self, *args):
             calls.append(args[1].shape[2])
             return built.decode_attention(*args)
 
+        def decode_attention_tiles(self, *args):
+            calls.append(args[1].shape[2])
+            return built.decode_attention_tiles(*args)
+
         def few_rows_linear(self, x, weight):
             linear_rows.append(x.shape[0])
             return built.few_rows_linear(x, weight)
+
+        def few_rows_linear_tiles(self, x, weight):
+            linear_rows.append(x.shape[0])
+            return built.few_rows_linear_tiles(x, weight)
 
     generators = {mode: HFGenerator(model, tokenizer, decode_attention=mode) for mode in ("sdpa", "kernel")}
     assert generators["kernel"].decode_kernel and not generators["sdpa"].decode_kernel
@@ -116,36 +142,47 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows, inputs, outputs", [(1, 64, 16), (3, 576, 1536), (4, 96, 37)])
-def test_few_rows_linear_is_fp32_arithmetic_rounded_to_bf16(rows, inputs, outputs):
-    built, why = kernel()
-    assert built is not None, why
+@pytest.mark.parametrize("name", LINEARS)
+@pytest.mark.parametrize("rows, inputs, outputs", [(1, 64, 16), (3, 576, 1536), (4, 96, 37), (8, 160, 70)])
+def test_few_rows_linear_is_fp32_arithmetic_rounded_to_bf16(name, rows, inputs, outputs):
+    product = kernel_function(name)
     generator = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, inputs, generator=generator).bfloat16()
     weight = torch.randn(outputs, inputs, generator=generator).bfloat16()
     exact = x.float() @ weight.float().t()
-    got = built.few_rows_linear(x, weight)
+    got = product(x, weight)
     assert got.shape == (rows, outputs) and got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), exact, rtol=2**-8, atol=1e-3 * exact.abs().max().item())
 
 
-def test_a_linear_layer_takes_the_kernel_only_for_a_few_bf16_rows_without_gradients(monkeypatch):
+@pytest.mark.parametrize("tiles", [False, True])
+def test_a_linear_layer_takes_the_kernel_only_for_a_few_bf16_rows_without_gradients(monkeypatch, tiles):
     taken = []
 
     class Recorded:
+        def tiles_ready(self):
+            return tiles
+
         def few_rows_linear(self, x, weight):
-            taken.append(tuple(x.shape))
+            taken.append(("vectors", *x.shape))
+            return torch.nn.functional.linear(x, weight)
+
+        def few_rows_linear_tiles(self, x, weight):
+            taken.append(("tiles", *x.shape))
             return torch.nn.functional.linear(x, weight)
 
     monkeypatch.setattr(decode_kernel, "kernel", lambda: (Recorded(), ""))
     torch.manual_seed(0)
     layer = torch.nn.Linear(64, 8).bfloat16()
+    most = decode_kernel.TILE_ROWS if tiles else decode_kernel.FEW_ROWS
     with torch.inference_mode():
         small = decode_kernel.few_rows_forward(layer, torch.ones(2, 1, 64, dtype=torch.bfloat16))
-        decode_kernel.few_rows_forward(layer, torch.ones(decode_kernel.FEW_ROWS + 1, 64, dtype=torch.bfloat16))
+        decode_kernel.few_rows_forward(layer, torch.ones(most, 64, dtype=torch.bfloat16))
+        decode_kernel.few_rows_forward(layer, torch.ones(most + 1, 64, dtype=torch.bfloat16))
         decode_kernel.few_rows_forward(layer.float(), torch.ones(2, 64))
     decode_kernel.few_rows_forward(layer.bfloat16(), torch.ones(2, 64, dtype=torch.bfloat16))  # gradients on
-    assert taken == [(2, 64)]
+    path = "tiles" if tiles else "vectors"
+    assert taken == [(path, 2, 64), (path, most, 64)]
     expected = torch.nn.functional.linear(torch.ones(2, 1, 64, dtype=torch.bfloat16), layer.weight, layer.bias)
     assert small.shape == (2, 1, 8)  # the shape restored, the bias added (after the product's bf16 rounding)
     torch.testing.assert_close(small, expected.detach())

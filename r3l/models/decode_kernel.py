@@ -1,11 +1,12 @@
-"""The HF generator's decode attention on CPUs with AVX512-BF16 (`generator.decode_attention=kernel`).
+"""The HF generator's decode step on CPUs with AVX512-BF16 (`generator.decode_attention=kernel`).
 
 torch's CPU flash kernel reads a decode step's keys and values at about a third of the machine's read rate, and
-at a few thousand positions of context that attention is most of the step (docs/BENCH.md, "Decode attention").
-csrc/decode_attention.cpp reads the in-place cache's views where they lie, sums in fp32 (bf16 dot products,
-exponentials to ~1e-7) and writes bf16, as the flash kernel does. It is built with torch's C++ extension tools
-the first time it is asked for (~30 s, then cached); where it cannot be (no compiler, no AVX512-BF16) the
-generator keeps SDPA and says so once.
+at a few thousand positions of context that attention is most of the step (docs/BENCH.md, "Decode attention");
+`F.linear` reads a few rows' weights at well under it too. The extension (csrc/) reads the in-place cache's views
+and the weights where they lie, sums in fp32 and writes bf16, as torch does: on AMX tiles where the CPU and the
+OS allow them (csrc/tiles.cpp: Sapphire Rapids and later), else with AVX512-BF16 vectors
+(csrc/decode_attention.cpp). It is built with torch's C++ extension tools the first time it is asked for (~30 s,
+then cached); where it cannot be (no compiler, no AVX512-BF16) the generator keeps SDPA and says so once.
 
 Installed per model copy as a transformers attention function: a CPU inference decode step (one query position)
 goes to the kernel, anything else (prefill, training, compiled steps, sliding windows, sinks) to
@@ -26,8 +27,9 @@ import torch
 from r3l.models.grouped_attention import SDPA_ONLY, grouped_attention, not_sdpa, route
 
 NAME = "r3l_decode_kernel"
-SOURCE = Path(__file__).parent / "csrc" / "decode_attention.cpp"
-FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"]
+SOURCES = [Path(__file__).parent / "csrc" / name for name in ("bindings.cpp", "decode_attention.cpp", "tiles.cpp")]
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
+TILE_ROWS = 16  # a tile's rows: the most query heads a key head, and linear rows, the tile kernels take
 
 
 def cpu_has_avx512_bf16() -> bool:
@@ -46,7 +48,7 @@ def kernel() -> tuple[Any, str]:
     try:
         from torch.utils.cpp_extension import load
 
-        return load("r3l_decode_attention", [str(SOURCE)], extra_cflags=FLAGS, verbose=False), ""
+        return load("r3l_decode_attention", [str(path) for path in SOURCES], extra_cflags=FLAGS, verbose=False), ""
     except Exception as error:  # noqa: BLE001 - a compiler missing or failing: the generator keeps SDPA
         lines = str(error).strip().splitlines() or [type(error).__name__]
         return None, f"its build failed ({lines[-1][:160]})"
@@ -94,22 +96,25 @@ def decode_attention(
     if allowed is None:
         return grouped_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
-    mixed = built.decode_attention(query[:, :, 0].contiguous(), key, value, allowed, scale)
+    on_tiles = built.tiles_ready() and query.shape[1] // key.shape[1] <= TILE_ROWS
+    attend = built.decode_attention_tiles if on_tiles else built.decode_attention
+    mixed = attend(query[:, :, 0].contiguous(), key, value, allowed, scale)
     return mixed[:, None], None
 
 
-FEW_ROWS = 4  # up to this many rows the kernel's matrix-vector products read the weights faster than torch's
+FEW_ROWS = 4  # up to this many rows the vector kernel's dot products read the weights faster than torch's
 
 
 def few_rows_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """A linear layer's forward: the kernel's `few_rows_linear` for a CPU inference call of at most FEW_ROWS
-    rows in bf16 (a decode step of a few rows), `F.linear` otherwise."""
+    """A linear layer's forward: the kernel's for a CPU inference call in bf16 of at most TILE_ROWS rows on AMX
+    tiles, FEW_ROWS without (a decode step of a few rows), `F.linear` otherwise."""
     built, _ = kernel()
     weight = module.weight
     rows = x.numel() // max(x.shape[-1], 1)
+    on_tiles = built is not None and built.tiles_ready()
     if (
         built is None
-        or rows > FEW_ROWS
+        or rows > (TILE_ROWS if on_tiles else FEW_ROWS)
         or rows == 0
         or torch.is_grad_enabled()
         or torch.compiler.is_compiling()
@@ -120,7 +125,8 @@ def few_rows_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         or not weight.is_contiguous()
     ):
         return torch.nn.functional.linear(x, weight, module.bias)
-    out = built.few_rows_linear(x.reshape(rows, x.shape[-1]).contiguous(), weight)
+    product = built.few_rows_linear_tiles if on_tiles else built.few_rows_linear
+    out = product(x.reshape(rows, x.shape[-1]).contiguous(), weight)
     if module.bias is not None:
         out = out + module.bias
     return out.reshape(*x.shape[:-1], weight.shape[0])

@@ -1,12 +1,15 @@
-// One decode step's attention on a CPU with AVX512-BF16: each row's one query position over its cached keys and
-// values, read in place (any row and head strides), bf16 in, fp32 sums, bf16 out. Built at first use by
-// r3l/models/decode_kernel.py; see docs/DESIGN.md, "Decode attention".
+// AVX512-BF16 vector kernels: one decode step's attention (each row's one query position over its cached keys
+// and values, read in place with any row and head strides; bf16 in, fp32 sums, bf16 out) and the linear layers of
+// a few rows. Built at first use by r3l/models/decode_kernel.py; see docs/DESIGN.md, "Decode attention".
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cstdint>
 #include <limits>
 #include <vector>
+
+#include "kernels.h"
+#include "vector_math.h"
 
 namespace {
 
@@ -37,23 +40,6 @@ __m512i lane_order() {
   alignas(64) int order[16];
   for (int j = 0; j < 16; ++j) order[int(probe[j])] = j;
   return _mm512_load_si512(order);
-}
-
-// exp(x) to ~1e-7 relative (2^(x log2 e): a degree-6 polynomial of the fraction, scaled by 2^n); 0 below -87
-inline __m512 exp16(__m512 x) {
-  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.f), _CMP_GT_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
-  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f));
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402265069591007f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471805599453f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
 }
 
 constexpr int kMaxWords = 8;  // head dim up to 256
@@ -126,7 +112,7 @@ torch::Tensor decode_attention(torch::Tensor query, torch::Tensor keys, torch::T
         const __m512 shift = _mm512_set1_ps(top == minus_inf ? 0.f : top);  // a row with nothing allowed: zeros
         __m512 total = _mm512_setzero_ps();
         for (int64_t l = 0; l < padded; l += 16) {
-          const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + l), shift));
+          const __m512 e = r3l::exp16(_mm512_sub_ps(_mm512_loadu_ps(s + l), shift));
           _mm512_storeu_ps(s + l, e);
           total = _mm512_add_ps(total, e);
         }
@@ -204,9 +190,4 @@ torch::Tensor few_rows_linear(torch::Tensor x, torch::Tensor weight) {
     }
   });
   return out;
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_attention", &decode_attention);
-  m.def("few_rows_linear", &few_rows_linear);
 }

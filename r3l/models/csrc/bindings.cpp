@@ -1,0 +1,10 @@
+// The decode kernels as one Python extension (r3l/models/decode_kernel.py builds it).
+#include "kernels.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_attention", &decode_attention);
+  m.def("few_rows_linear", &few_rows_linear);
+  m.def("tiles_ready", &tiles_ready);
+  m.def("decode_attention_tiles", &decode_attention_tiles);
+  m.def("few_rows_linear_tiles", &few_rows_linear_tiles);
+}
