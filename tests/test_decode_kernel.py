@@ -98,7 +98,7 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
     calls = []
     built, _ = kernel()
 
-    linear_rows = []
+    linear_rows, norm_rows = [], []
 
     class Counted:
         def tiles_ready(self):
@@ -120,6 +120,10 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
             linear_rows.append(x.shape[0])
             return built.few_rows_linear_tiles(x, weight)
 
+        def rms_norm(self, x, weight, eps):
+            norm_rows.append(x.shape[0])
+            return built.rms_norm(x, weight, eps)
+
     generators = {mode: HFGenerator(model, tokenizer, decode_attention=mode) for mode in ("sdpa", "kernel")}
     assert generators["kernel"].decode_kernel and not generators["sdpa"].decode_kernel
     monkeypatch.setattr(decode_kernel, "kernel", lambda: (Counted(), ""))
@@ -133,6 +137,7 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
     groups = {mode: generator_.generate(prompts, params) for mode, generator_ in generators.items()}
     assert calls and max(calls) >= 300  # decode steps went through the kernel, over the whole context
     assert linear_rows and max(linear_rows) == 3  # and their linear layers, three rows at a time
+    assert norm_rows and max(norm_rows) == 3  # and their norms
     for sdpa_group, kernel_group in zip(groups["sdpa"], groups["kernel"]):  # the prefill's first token: one
         assert kernel_group[0].tokens[0] == sdpa_group[0].tokens[0]  # path but the head's few-rows product
         assert abs(kernel_group[0].logprobs[0] - sdpa_group[0].logprobs[0]) < 1e-4
@@ -194,3 +199,42 @@ def test_without_the_kernel_the_generator_keeps_sdpa_and_says_why(tiny, monkeypa
     generator = HFGenerator(model, tokenizer, decode_attention="kernel")
     assert not generator.decode_kernel and generator.model.config._attn_implementation == grouped_attention.NAME
     assert "decode_attention=kernel asked for, SDPA kept: no compiler here" in capsys.readouterr().err
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows, hidden", [(1, 576), (4, 896), (16, 64)])
+def test_rms_norm_is_the_llama_module_to_within_a_rounding(rows, hidden):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    rms_norm = kernel_function("rms_norm")
+    generator = torch.Generator().manual_seed(hidden)
+    norm = LlamaRMSNorm(hidden, eps=1e-5).bfloat16()
+    norm.weight.data = torch.randn(hidden, generator=generator).bfloat16()
+    x = torch.randn(rows, hidden, generator=generator).mul(3).bfloat16()
+    with torch.inference_mode():
+        expected = norm(x)
+        got = rms_norm(x, norm.weight, norm.variance_epsilon)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    # the mean of squares is summed in another order: at most one bf16 rounding apart, and rarely that
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2**-7, atol=1e-6)
+    assert (got == expected).float().mean() > 0.98
+
+
+def test_a_llama_norm_takes_the_kernel_only_for_a_decode_steps_rows(monkeypatch):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    taken = []
+
+    class Recorded:
+        def rms_norm(self, x, weight, eps):
+            taken.append(tuple(x.shape))
+            return LlamaRMSNorm.forward(norm, x)
+
+    monkeypatch.setattr(decode_kernel, "kernel", lambda: (Recorded(), ""))
+    norm = LlamaRMSNorm(64).bfloat16()
+    with torch.inference_mode():
+        out = decode_kernel.norm_forward(norm, torch.ones(2, 1, 64, dtype=torch.bfloat16))
+        decode_kernel.norm_forward(norm, torch.ones(decode_kernel.TILE_ROWS + 1, 64, dtype=torch.bfloat16))
+        decode_kernel.norm_forward(norm.float(), torch.ones(2, 64))
+    decode_kernel.norm_forward(norm.bfloat16(), torch.ones(2, 64, dtype=torch.bfloat16))  # gradients on
+    assert taken == [(2, 64)] and out.shape == (2, 1, 64)

@@ -27,7 +27,10 @@ import torch
 from r3l.models.grouped_attention import SDPA_ONLY, grouped_attention, not_sdpa, route
 
 NAME = "r3l_decode_kernel"
-SOURCES = [Path(__file__).parent / "csrc" / name for name in ("bindings.cpp", "decode_attention.cpp", "tiles.cpp")]
+SOURCES = [
+    Path(__file__).parent / "csrc" / name
+    for name in ("bindings.cpp", "decode_attention.cpp", "rms_norm.cpp", "tiles.cpp")
+]
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
 TILE_ROWS = 16  # a tile's rows: the most query heads a key head, and linear rows, the tile kernels take
 
@@ -103,27 +106,27 @@ def decode_attention(
 
 
 FEW_ROWS = 4  # up to this many rows the vector kernel's dot products read the weights faster than torch's
+# RMSNorms whose forward is Llama's: weight * bf16(x / sqrt(mean(x^2) + eps)), x in fp32
+LLAMA_NORMS = frozenset({"LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm"})
+
+
+def decode_rows(x: torch.Tensor, most: int) -> int:
+    """The rows of `x` (all its dimensions but the last) where `x` is a bf16 CPU inference input of at most
+    `most` rows (a decode step's), else 0."""
+    rows = x.numel() // max(x.shape[-1], 1)
+    if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu" or x.dtype != torch.bfloat16:
+        return 0
+    return rows if 0 < rows <= most else 0
 
 
 def few_rows_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """A linear layer's forward: the kernel's for a CPU inference call in bf16 of at most TILE_ROWS rows on AMX
-    tiles, FEW_ROWS without (a decode step of a few rows), `F.linear` otherwise."""
+    """A linear layer's forward: the kernel's for a decode step's rows (at most TILE_ROWS on AMX tiles, FEW_ROWS
+    without), `F.linear` otherwise."""
     built, _ = kernel()
     weight = module.weight
-    rows = x.numel() // max(x.shape[-1], 1)
     on_tiles = built is not None and built.tiles_ready()
-    if (
-        built is None
-        or rows > (TILE_ROWS if on_tiles else FEW_ROWS)
-        or rows == 0
-        or torch.is_grad_enabled()
-        or torch.compiler.is_compiling()
-        or x.device.type != "cpu"
-        or x.dtype != torch.bfloat16
-        or weight.dtype != torch.bfloat16
-        or x.shape[-1] % 32
-        or not weight.is_contiguous()
-    ):
+    rows = decode_rows(x, TILE_ROWS if on_tiles else FEW_ROWS) if built is not None else 0
+    if not rows or weight.dtype != torch.bfloat16 or x.shape[-1] % 32 or not weight.is_contiguous():
         return torch.nn.functional.linear(x, weight, module.bias)
     product = built.few_rows_linear_tiles if on_tiles else built.few_rows_linear
     out = product(x.reshape(rows, x.shape[-1]).contiguous(), weight)
@@ -132,9 +135,21 @@ def few_rows_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
+def norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A Llama-family RMSNorm's forward: the kernel's `rms_norm` (one call for the module's eight) for a decode
+    step's rows, the module's own otherwise."""
+    built, _ = kernel()
+    weight = module.weight
+    rows = decode_rows(x, TILE_ROWS) if built is not None else 0
+    if not rows or weight.dtype != torch.bfloat16 or x.shape[-1] % 16 or not weight.is_contiguous():
+        return type(module).forward(module, x)
+    return built.rms_norm(x.reshape(rows, x.shape[-1]).contiguous(), weight, module.variance_epsilon).reshape(x.shape)
+
+
 def install(model) -> str:
-    """Route `model`'s attention through `decode_attention` and its plain linear layers' forwards through
-    `few_rows_forward`; returns "" where it did, else why not (and then leaves the model as it was)."""
+    """Route `model`'s attention through `decode_attention`, its plain linear layers' forwards through
+    `few_rows_forward` and its Llama-family RMSNorms' through `norm_forward`; returns "" where it did, else why
+    not (and then leaves the model as it was)."""
     if why := not_sdpa(model):  # before the build: a model the kernel cannot serve costs no compile
         return why
     built, why = kernel()
@@ -145,4 +160,6 @@ def install(model) -> str:
     for module in model.modules():
         if type(module) is torch.nn.Linear:  # subclasses (LoRA's, quantised) keep their own forward
             module.forward = types.MethodType(few_rows_forward, module)  # type: ignore[method-assign]
+        elif type(module).__name__ in LLAMA_NORMS:
+            module.forward = types.MethodType(norm_forward, module)  # type: ignore[method-assign]
     return ""

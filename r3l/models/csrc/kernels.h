@@ -7,6 +7,9 @@ torch::Tensor decode_attention(torch::Tensor query, torch::Tensor keys, torch::T
                                double scale);
 torch::Tensor few_rows_linear(torch::Tensor x, torch::Tensor weight);
 
+// AVX-512 (rms_norm.cpp)
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
+
 // AMX tiles (tiles.cpp): usable once tiles_ready() says the kernel lets this process use them
 bool tiles_ready();
 torch::Tensor decode_attention_tiles(torch::Tensor query, torch::Tensor keys, torch::Tensor values,
