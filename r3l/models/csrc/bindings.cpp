@@ -1,4 +1,6 @@
 // The decode kernels as one Python extension (r3l/models/decode_kernel.py builds it).
+#include <torch/extension.h>
+
 #include "kernels.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

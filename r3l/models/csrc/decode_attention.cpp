@@ -1,7 +1,6 @@
 // AVX512-BF16 vector kernels: one decode step's attention (each row's one query position over its cached keys
 // and values, read in place with any row and head strides; bf16 in, fp32 sums, bf16 out) and the linear layers of
 // a few rows. Built at first use by r3l/models/decode_kernel.py; see docs/DESIGN.md, "Decode attention".
-#include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cstdint>
@@ -48,7 +47,7 @@ constexpr int kMaxWords = 8;  // head dim up to 256
 
 // query [rows, query heads, head dim] contiguous; keys, values [rows, kv heads, length, head dim] with the head dim
 // contiguous; allowed [rows, length] bool or empty (all allowed). Returns [rows, query heads, head dim].
-torch::Tensor decode_attention(torch::Tensor query, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
+at::Tensor decode_attention(at::Tensor query, at::Tensor keys, at::Tensor values, at::Tensor allowed,
                                double scale) {
   TORCH_CHECK(query.scalar_type() == at::kBFloat16 && keys.scalar_type() == at::kBFloat16 &&
               values.scalar_type() == at::kBFloat16, "decode_attention: bf16 only");
@@ -60,7 +59,7 @@ torch::Tensor decode_attention(torch::Tensor query, torch::Tensor keys, torch::T
   TORCH_CHECK(allowed.numel() == 0 || (allowed.scalar_type() == at::kBool && allowed.is_contiguous() &&
                                        allowed.size(0) == rows && allowed.size(1) == length),
               "decode_attention: mask");
-  auto out = torch::empty({rows, query_heads, dim}, query.options());
+  auto out = at::empty({rows, query_heads, dim}, query.options());
   const auto* q = reinterpret_cast<const uint16_t*>(query.data_ptr<at::BFloat16>());
   const auto* k = reinterpret_cast<const uint16_t*>(keys.data_ptr<at::BFloat16>());
   const auto* v = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
@@ -152,13 +151,13 @@ torch::Tensor decode_attention(torch::Tensor query, torch::Tensor keys, torch::T
 
 // x [rows, in] contiguous, rows <= 8; weight [out, in] contiguous, in a multiple of 32. Returns x weight^T
 // [rows, out]: each weight row read once from memory, bf16 dot products summed in fp32, bf16 out.
-torch::Tensor few_rows_linear(torch::Tensor x, torch::Tensor weight) {
+at::Tensor few_rows_linear(at::Tensor x, at::Tensor weight) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16, "few_rows_linear: bf16 only");
   TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.is_contiguous() && weight.is_contiguous(),
               "few_rows_linear: layout");
   const int64_t rows = x.size(0), in = x.size(1), outs = weight.size(0);
   TORCH_CHECK(rows >= 1 && rows <= 8 && in % 32 == 0 && weight.size(1) == in, "few_rows_linear: shape");
-  auto out = torch::empty({rows, outs}, x.options());
+  auto out = at::empty({rows, outs}, x.options());
   const auto* xs = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
   const auto* ws = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
   auto* os = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());

@@ -1,17 +1,20 @@
-// The decode kernels' entry points (bindings.cpp hands them to Python).
+// The decode kernels' entry points (bindings.cpp hands them to Python). Light ATen headers only: torch/extension.h,
+// pybind11 with it, is compiled once, in bindings.cpp.
 #pragma once
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 // AVX512-BF16 vectors (decode_attention.cpp)
-torch::Tensor decode_attention(torch::Tensor query, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
+at::Tensor decode_attention(at::Tensor query, at::Tensor keys, at::Tensor values, at::Tensor allowed,
                                double scale);
-torch::Tensor few_rows_linear(torch::Tensor x, torch::Tensor weight);
+at::Tensor few_rows_linear(at::Tensor x, at::Tensor weight);
 
 // AVX-512 (rms_norm.cpp)
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
+at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps);
 
 // AMX tiles (tiles.cpp): usable once tiles_ready() says the kernel lets this process use them
 bool tiles_ready();
-torch::Tensor decode_attention_tiles(torch::Tensor query, torch::Tensor keys, torch::Tensor values,
-                                     torch::Tensor allowed, double scale);
-torch::Tensor few_rows_linear_tiles(torch::Tensor x, torch::Tensor weight);
+at::Tensor decode_attention_tiles(at::Tensor query, at::Tensor keys, at::Tensor values,
+                                     at::Tensor allowed, double scale);
+at::Tensor few_rows_linear_tiles(at::Tensor x, at::Tensor weight);

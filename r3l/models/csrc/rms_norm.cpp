@@ -21,12 +21,12 @@ inline __m256i rounded(__m512 values) { return (__m256i)_mm512_cvtneps_pbh(value
 }  // namespace
 
 // x [rows, hidden] bf16 contiguous, weight [hidden] bf16 contiguous, hidden a multiple of 16
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16, "rms_norm: bf16 only");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && weight.is_contiguous() && weight.numel() == x.size(1) &&
               x.size(1) % 16 == 0, "rms_norm: shape");
   const int64_t rows = x.size(0), hidden = x.size(1);
-  auto out = torch::empty_like(x);
+  auto out = at::empty_like(x);
   const auto* xs = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
   const auto* ws = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
   auto* os = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());

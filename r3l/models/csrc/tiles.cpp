@@ -78,8 +78,8 @@ bool tiles_ready() {
 
 // As decode_attention, on tiles, for a group of up to 16 query heads a key head: q.K^T for the whole group at
 // once (16 positions a product), then p.V with p rounded to bf16 (as torch's flash kernel does in bf16).
-torch::Tensor decode_attention_tiles(torch::Tensor query, torch::Tensor keys, torch::Tensor values,
-                                     torch::Tensor allowed, double scale) {
+at::Tensor decode_attention_tiles(at::Tensor query, at::Tensor keys, at::Tensor values,
+                                     at::Tensor allowed, double scale) {
   TORCH_CHECK(tiles_ready(), "decode_attention_tiles: this process may not use AMX tiles");
   TORCH_CHECK(query.scalar_type() == at::kBFloat16 && keys.scalar_type() == at::kBFloat16 &&
               values.scalar_type() == at::kBFloat16, "decode_attention_tiles: bf16 only");
@@ -91,7 +91,7 @@ torch::Tensor decode_attention_tiles(torch::Tensor query, torch::Tensor keys, to
   TORCH_CHECK(allowed.numel() == 0 || (allowed.scalar_type() == at::kBool && allowed.is_contiguous() &&
                                        allowed.size(0) == rows && allowed.size(1) == length),
               "decode_attention_tiles: mask");
-  auto out = torch::empty({rows, query_heads, dim}, query.options());
+  auto out = at::empty({rows, query_heads, dim}, query.options());
   const auto* q = reinterpret_cast<const uint16_t*>(query.data_ptr<at::BFloat16>());
   const auto* k = reinterpret_cast<const uint16_t*>(keys.data_ptr<at::BFloat16>());
   const auto* v = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
@@ -210,7 +210,7 @@ torch::Tensor decode_attention_tiles(torch::Tensor query, torch::Tensor keys, to
 
 // x [rows <= 16, in] contiguous, weight [out, in] contiguous, in a multiple of 32: x weight^T [rows, out], the
 // weight read in place 32 output rows at a time, sums in fp32, one bf16 rounding.
-torch::Tensor few_rows_linear_tiles(torch::Tensor x, torch::Tensor weight) {
+at::Tensor few_rows_linear_tiles(at::Tensor x, at::Tensor weight) {
   TORCH_CHECK(tiles_ready(), "few_rows_linear_tiles: this process may not use AMX tiles");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16,
               "few_rows_linear_tiles: bf16 only");
@@ -219,7 +219,7 @@ torch::Tensor few_rows_linear_tiles(torch::Tensor x, torch::Tensor weight) {
   const int64_t rows = x.size(0), in = x.size(1), outs = weight.size(0);
   TORCH_CHECK(rows >= 1 && rows <= kTileRows && in % kTileWords == 0 && weight.size(1) == in,
               "few_rows_linear_tiles: shape");
-  auto out = torch::empty({rows, outs}, x.options());
+  auto out = at::empty({rows, outs}, x.options());
   const auto* ws = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
   auto* os = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const std::vector<uint16_t> x_pairs =
