@@ -316,3 +316,27 @@ def test_the_first_symbolic_comparison_imports_nothing_inside_its_time_budget():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_an_arithmetic_split_is_kept_on_disk_and_written_once_a_walk(tmp_path, monkeypatch):
+    """Every run starting walks the whole train split (to count the held-out tasks it shares by content), and
+    reasoning-gym's division draws cost milliseconds: the split is stored, and a walk writes the store once,
+    not once an item."""
+    from r3l.envs import task_store
+
+    monkeypatch.setenv("R3L_CACHE", str(tmp_path))
+    writes = []
+    save = task_store.save
+    monkeypatch.setattr(task_store, "save", lambda *args: writes.append(1) or save(*args))
+    clear_task_cache()
+    drawn = ArithmeticEnv(seed=5, train_size=40, test_size=10)
+    first = list(drawn.tasks("test")) + list(drawn.tasks("train"))
+    assert len(first) == 50 and len(writes) <= 3  # the first item (settings checked), the test split, the train
+    clear_task_cache()
+    def no_draws(self, config, max_draws):
+        return lambda index: pytest.fail("drew instead of loading")
+
+    monkeypatch.setattr(ArithmeticEnv, "_make_draw", no_draws)
+    loaded = ArithmeticEnv(seed=5, train_size=40, test_size=10)
+    assert list(loaded.tasks("test")) + list(loaded.tasks("train")) == first
+    clear_task_cache()

@@ -106,7 +106,10 @@ class SplitView(Sequence[Task]):
 
     def __getitem__(self, index: int | slice) -> Task | list[Task]:
         if isinstance(index, slice):
-            return [self[position] for position in range(*index.indices(self._size))]
+            positions = range(*index.indices(self._size))
+            if positions:  # drawn (and stored) in one go, not one item and one store write at a time
+                self._draws.ensure(self._start + max(positions) + 1)
+            return [self[position] for position in positions]
         position = index + self._size if index < 0 else index
         if not 0 <= position < self._size:
             raise IndexError(f"task {index} out of range for a split of {self._size}")
@@ -116,7 +119,7 @@ class SplitView(Sequence[Task]):
         return self._tasks[position]
 
     def __iter__(self) -> Iterator[Task]:
-        return (self[position] for position in range(self._size))
+        return iter(self[:])
 
 
 class ReasoningGymEnv(SingleTurnEnv):
@@ -271,6 +274,9 @@ class ArithmeticEnv(_TaggedAnswerEnv):
     name = "arithmetic"
     description = "Evaluate an arithmetic expression (reasoning-gym basic_arithmetic); answer in <answer> tags."
     dataset_name = "basic_arithmetic"
+    # ~2 ms a draw with division (reasoning-gym's divisor search), and every run starting draws the whole train
+    # split to count the held-out tasks it shares by content: a split is kept on disk between runs
+    stores_draws = True
     argument_help = {
         "min_terms": "fewest numbers in an expression",
         "max_terms": "most numbers in an expression",
