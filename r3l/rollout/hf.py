@@ -93,8 +93,8 @@ class HFGenerator(Generator):
         decode_attention: Annotated[
             Literal["sdpa", "kernel"],
             Field(
-                description="a decode step's attention: torch's SDPA, or r3l's kernel for CPUs with AVX512-BF16 "
-                "(built at first use; SDPA where it cannot be)"
+                description="a decode step's attention, linear layers and norms: torch's, or r3l's kernels for "
+                "CPUs with AVX512-BF16, on AMX tiles where there are (built at first use; SDPA where they cannot be)"
             ),
         ] = "sdpa",
     ):
