@@ -46,7 +46,26 @@ def test_shared_prefix_length_stops_before_the_last_prompt_token():
 def test_prefix_micro_batches_keep_groups_together():
     # run a: prefix 5, suffixes 4, 2, 3; run b: prefix 4, suffixes 5, 2; ordered by prefix + suffix, then prefix
     assert prefix_micro_batches(batch_of_groups(), 4) == [[2, 3], [0, 1, 4]]
-    assert prefix_micro_batches(batch_of_groups(), 2) == [[4], [2, 3], [0, 1]]
+    # size 2: run a sorted by length (suffixes 2, 3, 4 for 1, 4, 0) is cut into [1, 4] (5 + 2 x 3) and [0] (5 + 4),
+    # 20 positions, where index order ([0, 1] and [4]) pads to 21
+    assert prefix_micro_batches(batch_of_groups(), 2) == [[1, 4], [2, 3], [0]]
+
+
+def test_a_run_is_cut_by_length_where_padding_costs_more_than_a_pass():
+    """A group of 8 episodes of very different lengths (a multi-turn game's): in one micro-batch every short one
+    would be padded to the longest; cut by length, the short ones go together and the long ones together, each
+    pass paying the prefix once more and the overhead (64 positions, the default)."""
+    prompt = [1, 9690, 198, 40, 41]
+    lengths = [10, 300, 12, 280, 11, 310, 9, 290]
+    batch = [record(prompt + [7] * n, 5, "a", float(i % 2)) for i, n in enumerate(lengths)]
+
+    def cost(split):  # prefix once a pass + rows x the widest suffix + the overhead
+        return sum(4 + len(part) * max(lengths[i] + 1 for i in part) + 64 for part in split)
+
+    for size in (8, 4):
+        split = prefix_micro_batches(batch, size, overhead=64)
+        assert [0, 2, 4, 6] in split and sorted(i for part in split for i in part) == list(range(8))
+        assert cost(split) < 0.65 * cost([list(range(start, start + size)) for start in range(0, 8, size)])
 
 
 def test_cheapest_split_weighs_padding_against_one_more_pass():

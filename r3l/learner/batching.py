@@ -118,22 +118,26 @@ def shared_prefix_length(experience: Experience) -> int:
 def prefix_micro_batches(
     experiences: Sequence[Experience], size: int, overhead: int = 0, max_positions: int | None = None
 ) -> list[list[int]]:
-    """Indices grouped so that each micro-batch holds whole runs of experiences with one shared prefix (a run
-    longer than `size` in chunks of `size`), runs of like widths together where that pads the least, at most
-    `max_positions` padded positions a micro-batch where a chunk alone fits."""
+    """Indices grouped so that each micro-batch holds whole chunks of a run of experiences with one shared prefix:
+    a run is sorted by length and cut where that pads the least (each chunk computes the prefix once more, at
+    most `size` rows), then chunks of like widths go together where that pads the least, at most
+    `max_positions` padded positions a micro-batch where a chunk alone fits. Indices ascend within a
+    micro-batch."""
     runs: dict[tuple[int, ...], list[int]] = {}
     for index, experience in enumerate(experiences):
         runs.setdefault(tuple(experience.tokens[: shared_prefix_length(experience)]), []).append(index)
-    chunks = [members[start : start + size] for members in runs.values() for start in range(0, len(members), size)]
-    widths = [
-        (len(chunk), len(prefix), max(len(experiences[i].tokens) - len(prefix) for i in chunk))
-        for chunk, prefix in (
-            (chunk, experiences[chunk[0]].tokens[: shared_prefix_length(experiences[chunk[0]])]) for chunk in chunks
-        )
-    ]
+    chunks: list[list[int]] = []
+    widths: list[tuple[int, int, int]] = []
+    for prefix, members in runs.items():
+        members = sorted(members, key=lambda i: len(experiences[i].tokens))
+        suffixes = [(1, 0, len(experiences[i].tokens) - len(prefix)) for i in members]
+        cap = None if max_positions is None else max(max_positions - len(prefix), 1)
+        for part in cheapest_split(suffixes, size, overhead + len(prefix), cap):
+            chunks.append([members[j] for j in part])
+            widths.append((len(part), len(prefix), suffixes[part[-1]][2]))
     order = sorted(range(len(chunks)), key=lambda c: (widths[c][1] + widths[c][2], widths[c][1]))
     split = cheapest_split([widths[c] for c in order], size, overhead, max_positions)
-    return [[i for c in batch for i in chunks[order[c]]] for batch in split]
+    return [sorted(i for c in batch for i in chunks[order[c]]) for batch in split]
 
 
 def collate_shared_prefix(
