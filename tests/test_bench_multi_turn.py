@@ -32,6 +32,9 @@ def test_section_plays_the_same_episodes_with_the_cache_off_and_on(tmp_path, mon
     assert on["turn_20_prefill_seconds"]["median"] > 0 and on["turn_1_decode_seconds"]["median"] > 0
     decode = section["long_context_decode"]["64"]
     assert decode["in place"]["decode_efficiency"] > 0 and decode["concatenating"]["decode_efficiency"] > 0
+    if multi_turn.KERNEL_MODE in decode:  # which build of the kernels ran, named in the table
+        kernels = decode[multi_turn.KERNEL_MODE]["kernels"]
+        assert kernels in ("AMX tiles", "AVX512-BF16 vectors") and f"decode kernel ({kernels})" in markdown
     assert "| coin | 3 | off / on |" in markdown and "in place / concatenating" in markdown
     assert "vLLM (prefix caching): not measured, no vLLM environment" in markdown
 

@@ -197,6 +197,7 @@ def long_context_decode(config: Config) -> dict[str, Any]:
     """Decode efficiency at long contexts, the decode cache growing in place ('in place') against transformers'
     DynamicCache ('concatenating')."""
     from r3l.build import generator_dtype, load_model, resolve_device
+    from r3l.models.decode_kernel import backend
     from r3l.rollout.hf import HFGenerator
 
     model, tokenizer = load_model(config)
@@ -229,6 +230,8 @@ def long_context_decode(config: Config) -> dict[str, Any]:
                 "decode_efficiency": utilization(read, seconds, bandwidth),
                 "step_seconds": seconds / max(counts["decode_steps"], 1),
             }
+            if mode == KERNEL_MODE:
+                row[mode]["kernels"] = backend()
         before = max(row["concatenating"]["decode_efficiency"], 1e-12)
         row["gain"] = row["in place"]["decode_efficiency"] / before
         if KERNEL_MODE in row:
@@ -320,8 +323,9 @@ def table(data: dict) -> str:
     for context, row in data["long_context_decode"].items():
         for mode in ("concatenating", "in place", KERNEL_MODE):
             if mode in row:
+                label = f"{mode} ({row[mode]['kernels']})" if row[mode].get("kernels") else mode
                 lines.append(
-                    f"| {context} | {mode} | {row[mode]['decode_efficiency']:.1%} | {row[mode]['step_seconds']:.3f} |"
+                    f"| {context} | {label} | {row[mode]['decode_efficiency']:.1%} | {row[mode]['step_seconds']:.3f} |"
                 )
         lines.append(f"| {context} | in place / concatenating | **{row['gain']:.2f}x** | |")
         if "kernel_gain" in row:

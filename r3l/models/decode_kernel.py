@@ -57,6 +57,14 @@ def kernel() -> tuple[Any, str]:
         return None, f"its build failed ({lines[-1][:160]})"
 
 
+def backend() -> str:
+    """Which build of the kernels this process runs: "AMX tiles", "AVX512-BF16 vectors", or "" where none."""
+    built, _ = kernel()
+    if built is None:
+        return ""
+    return "AMX tiles" if built.tiles_ready() else "AVX512-BF16 vectors"
+
+
 def allowed_positions(mask: torch.Tensor | None, rows: int, length: int) -> torch.Tensor | None:
     """`[rows, length]` booleans from transformers' boolean SDPA mask of a decode step (`[rows or 1, 1, 1, length]`,
     True where allowed); an empty tensor for no mask; None for a mask of another kind."""
