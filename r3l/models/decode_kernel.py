@@ -5,7 +5,7 @@ at a few thousand positions of context that attention is most of the step (docs/
 `F.linear` reads a few rows' weights at well under it too. The extension (csrc/) reads the in-place cache's views
 and the weights where they lie, sums in fp32 and writes bf16, as torch does: on AMX tiles where the CPU and the
 OS allow them (csrc/tiles.cpp: Sapphire Rapids and later), else with AVX512-BF16 vectors
-(csrc/decode_attention.cpp). It is built with torch's C++ extension tools the first time it is asked for (~30 s,
+(csrc/decode_attention.cpp). It is built with torch's C++ extension tools the first time it is asked for (~40 s,
 then cached); where it cannot be (no compiler, no AVX512-BF16) the generator keeps SDPA and says so once.
 
 Installed per model copy as a transformers attention function: a CPU inference decode step (one query position)
