@@ -238,3 +238,17 @@ def test_a_llama_norm_takes_the_kernel_only_for_a_decode_steps_rows(monkeypatch)
         decode_kernel.norm_forward(norm.float(), torch.ones(2, 64))
     decode_kernel.norm_forward(norm.bfloat16(), torch.ones(2, 64, dtype=torch.bfloat16))  # gradients on
     assert taken == [(2, 64)] and out.shape == (2, 1, 64)
+
+
+@needs_kernel
+def test_the_kernels_run_on_the_threads_torch_is_given():
+    """at::parallel_for's OpenMP pragma sits in a header: a build without -fopenmp runs every kernel on one thread,
+    silently."""
+    built, why = kernel()
+    assert built is not None, why
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert built.threads_seen(8) == 2
+    finally:
+        torch.set_num_threads(before)

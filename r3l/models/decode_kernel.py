@@ -31,7 +31,8 @@ SOURCES = [
     Path(__file__).parent / "csrc" / name
     for name in ("bindings.cpp", "decode_attention.cpp", "rms_norm.cpp", "tiles.cpp")
 ]
-FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
+# -fopenmp: at::parallel_for is a header template whose OpenMP pragma a build without it ignores (one thread)
+FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
 TILE_ROWS = 16  # a tile's rows: the most query heads a key head, and linear rows, the tile kernels take
 
 
@@ -51,7 +52,8 @@ def kernel() -> tuple[Any, str]:
     try:
         from torch.utils.cpp_extension import load
 
-        return load("r3l_decode_attention", [str(path) for path in SOURCES], extra_cflags=FLAGS, verbose=False), ""
+        sources = [str(path) for path in SOURCES]
+        return load("r3l_decode_attention", sources, extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], verbose=False), ""
     except Exception as error:  # noqa: BLE001 - a compiler missing or failing: the generator keeps SDPA
         lines = str(error).strip().splitlines() or [type(error).__name__]
         return None, f"its build failed ({lines[-1][:160]})"
