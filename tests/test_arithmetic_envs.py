@@ -333,6 +333,10 @@ def test_an_arithmetic_split_is_kept_on_disk_and_written_once_a_walk(tmp_path, m
     first = list(drawn.tasks("test")) + list(drawn.tasks("train"))
     assert len(first) == 50 and len(writes) <= 3  # the first item (settings checked), the test split, the train
     clear_task_cache()
+    walked = ArithmeticEnv(seed=5, train_size=40, test_size=300)  # a walk stopped early draws a block, not all
+    assert next(iter(walked.tasks("test"))) == walked.tasks("test")[0]
+    assert len(walked.tasks("test")._draws.items) <= 64
+    clear_task_cache()
 
     def no_draws(self, config, max_draws):
         return lambda index: pytest.fail("drew instead of loading")

@@ -86,6 +86,9 @@ class TaskDraws:
                 task_store.save(self._store, self.items, self._next_index)
 
 
+DRAW_BLOCK = 64  # items a walk over a split draws (and stores) at once
+
+
 class SplitView(Sequence[Task]):
     """The tasks at positions [start, start + size) of a TaskDraws, as Task objects."""
 
@@ -119,7 +122,8 @@ class SplitView(Sequence[Task]):
         return self._tasks[position]
 
     def __iter__(self) -> Iterator[Task]:
-        return iter(self[:])
+        for first in range(0, self._size, DRAW_BLOCK):  # drawn and stored a block at a time, lazily
+            yield from self[first : first + DRAW_BLOCK]
 
 
 class ReasoningGymEnv(SingleTurnEnv):
