@@ -20,7 +20,7 @@ import math
 import types
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -149,7 +149,7 @@ def norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A Llama-family RMSNorm's forward: the kernel's `rms_norm` (one call for the module's eight) for a decode
     step's rows, the module's own otherwise."""
     built, _ = kernel()
-    weight = module.weight
+    weight = cast(torch.Tensor, module.weight)
     rows = decode_rows(x, TILE_ROWS) if built is not None else 0
     if not rows or weight.dtype != torch.bfloat16 or x.shape[-1] % 16 or not weight.is_contiguous():
         return type(module).forward(module, x)
@@ -171,5 +171,5 @@ def install(model) -> str:
         if type(module) is torch.nn.Linear:  # subclasses (LoRA's, quantised) keep their own forward
             module.forward = types.MethodType(few_rows_forward, module)  # type: ignore[method-assign]
         elif type(module).__name__ in LLAMA_NORMS:
-            module.forward = types.MethodType(norm_forward, module)  # type: ignore[method-assign]
+            module.forward = types.MethodType(norm_forward, module)
     return ""
