@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_args.h"
 #include "kernels.h"
 #include "vector_math.h"
 
@@ -49,60 +50,45 @@ constexpr int kMaxWords = 8;  // head dim up to 256
 // contiguous; allowed [rows, length] bool or empty (all allowed). Returns [rows, query heads, head dim].
 at::Tensor decode_attention(at::Tensor query, at::Tensor keys, at::Tensor values, at::Tensor allowed,
                                double scale) {
-  TORCH_CHECK(query.scalar_type() == at::kBFloat16 && keys.scalar_type() == at::kBFloat16 &&
-              values.scalar_type() == at::kBFloat16, "decode_attention: bf16 only");
-  TORCH_CHECK(query.is_contiguous() && keys.stride(3) == 1 && values.stride(3) == 1, "decode_attention: layout");
-  const int64_t rows = query.size(0), query_heads = query.size(1), dim = query.size(2);
-  const int64_t kv_heads = keys.size(1), length = keys.size(2), group = query_heads / kv_heads;
-  TORCH_CHECK(dim % 32 == 0 && dim / 32 <= kMaxWords && query_heads % kv_heads == 0 && length > 0,
-              "decode_attention: shape");
-  TORCH_CHECK(allowed.numel() == 0 || (allowed.scalar_type() == at::kBool && allowed.is_contiguous() &&
-                                       allowed.size(0) == rows && allowed.size(1) == length),
-              "decode_attention: mask");
-  auto out = at::empty({rows, query_heads, dim}, query.options());
-  const auto* q = reinterpret_cast<const uint16_t*>(query.data_ptr<at::BFloat16>());
-  const auto* k = reinterpret_cast<const uint16_t*>(keys.data_ptr<at::BFloat16>());
-  const auto* v = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
-  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-  const bool* mask = allowed.numel() ? allowed.data_ptr<bool>() : nullptr;
-  const int64_t k_row = keys.stride(0), k_head = keys.stride(1), k_pos = keys.stride(2);
-  const int64_t v_row = values.stride(0), v_head = values.stride(1), v_pos = values.stride(2);
-  const int64_t words = dim / 32, padded = (length + 15) / 16 * 16;
+  const r3l::AttentionArgs args = r3l::attention_args("decode_attention", query, keys, values, allowed);
+  TORCH_CHECK(args.dim / 32 <= kMaxWords, "decode_attention: shape");
+  const uint16_t *q = args.q, *k = args.k, *v = args.v;
+  const int64_t words = args.dim / 32, padded = (args.length + 15) / 16 * 16;
   const float sc = float(scale), minus_inf = -std::numeric_limits<float>::infinity();
   const __m512i order = lane_order();
-  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(group * padded), inverse(group);
+  at::parallel_for(0, args.rows * args.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(args.group * padded), inverse(args.group);
     for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t row = pair / kv_heads, head = pair % kv_heads;
-      const uint16_t* key = k + row * k_row + head * k_head;
-      const uint16_t* value = v + row * v_row + head * v_head;
-      for (int64_t g = 0; g < group; ++g) {
-        const uint16_t* qg = q + (row * query_heads + head * group + g) * dim;
+      const int64_t row = pair / args.kv_heads, head = pair % args.kv_heads;
+      const uint16_t* key = k + row * args.k_row + head * args.k_head;
+      const uint16_t* value = v + row * args.v_row + head * args.v_head;
+      for (int64_t g = 0; g < args.group; ++g) {
+        const uint16_t* qg = q + (row * args.query_heads + head * args.group + g) * args.dim;
         __m512bh qw[kMaxWords];
         for (int64_t w = 0; w < words; ++w) qw[w] = (__m512bh)_mm512_loadu_si512(qg + 32 * w);
         float* s = scores.data() + g * padded;
-        for (int64_t start = 0; start < length; start += 16) {
+        for (int64_t start = 0; start < args.length; start += 16) {
           __m512 dots[16];
           for (int j = 0; j < 16; ++j) {
             dots[j] = _mm512_setzero_ps();
-            if (start + j < length) {
-              const uint16_t* kr = key + (start + j) * k_pos;
+            if (start + j < args.length) {
+              const uint16_t* kr = key + (start + j) * args.k_pos;
               for (int64_t w = 0; w < words; ++w)
                 dots[j] = _mm512_dpbf16_ps(dots[j], (__m512bh)_mm512_loadu_si512(kr + 32 * w), qw[w]);
             }
           }
           _mm512_storeu_ps(s + start, _mm512_permutexvar_ps(order, _mm512_mul_ps(sum16(dots), _mm512_set1_ps(sc))));
         }
-        for (int64_t l = length; l < padded; ++l) s[l] = minus_inf;
-        if (mask != nullptr) {
-          const bool* m = mask + row * length;
+        for (int64_t l = args.length; l < padded; ++l) s[l] = minus_inf;
+        if (args.mask != nullptr) {
+          const bool* m = args.mask + row * args.length;
           int64_t l = 0;
-          for (; l + 16 <= length; l += 16) {
+          for (; l + 16 <= args.length; l += 16) {
             const __mmask16 off = _mm_cmpeq_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m + l)),
                                                       _mm_setzero_si128());
             _mm512_mask_storeu_ps(s + l, off, _mm512_set1_ps(minus_inf));
           }
-          for (; l < length; ++l)
+          for (; l < args.length; ++l)
             if (!m[l]) s[l] = minus_inf;
         }
         __m512 highest = _mm512_set1_ps(minus_inf);
@@ -119,15 +105,14 @@ at::Tensor decode_attention(at::Tensor query, at::Tensor keys, at::Tensor values
         inverse[g] = sum > 0.f ? 1.f / sum : 0.f;
       }
       __m512 acc[kMaxWords * 2 * 8];  // [group (up to 8 at once)][16-float word]
-      for (int64_t g0 = 0; g0 < group; g0 += 8) {
-        const int64_t gs = group - g0 < 8 ? group - g0 : 8;
+      for (int64_t g0 = 0; g0 < args.group; g0 += 8) {
+        const int64_t gs = args.group - g0 < 8 ? args.group - g0 : 8;
         for (int64_t i = 0; i < gs * 2 * words; ++i) acc[i] = _mm512_setzero_ps();
-        for (int64_t l = 0; l < length; ++l) {
-          const uint16_t* vr = value + l * v_pos;
+        for (int64_t l = 0; l < args.length; ++l) {
+          const uint16_t* vr = value + l * args.v_pos;
           __m512 vf[kMaxWords * 2];
           for (int64_t w = 0; w < 2 * words; ++w)
-            vf[w] = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 16 * w))), 16));
+            vf[w] = r3l::load_bf16(vr + 16 * w);
           for (int64_t g = 0; g < gs; ++g) {
             const __m512 p = _mm512_set1_ps(scores[(g0 + g) * padded + l]);
             for (int64_t w = 0; w < 2 * words; ++w)
@@ -135,7 +120,7 @@ at::Tensor decode_attention(at::Tensor query, at::Tensor keys, at::Tensor values
           }
         }
         for (int64_t g = 0; g < gs; ++g) {
-          uint16_t* dst = o + (row * query_heads + head * group + g0 + g) * dim;
+          uint16_t* dst = args.o + (row * args.query_heads + head * args.group + g0 + g) * args.dim;
           const __m512 inv = _mm512_set1_ps(inverse[g0 + g]);
           for (int64_t w = 0; w < 2 * words; w += 2) {
             const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_mul_ps(acc[g * 2 * words + w + 1], inv),
@@ -146,7 +131,7 @@ at::Tensor decode_attention(at::Tensor query, at::Tensor keys, at::Tensor values
       }
     }
   });
-  return out;
+  return args.out;
 }
 
 // x [rows, in] contiguous, rows <= 8; weight [out, in] contiguous, in a multiple of 32. Returns x weight^T

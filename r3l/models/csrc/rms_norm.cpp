@@ -8,17 +8,7 @@
 #include <cstdint>
 
 #include "kernels.h"
-
-namespace {
-
-inline __m512 widen(const uint16_t* values) {
-  return _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values))), 16));
-}
-
-inline __m256i rounded(__m512 values) { return (__m256i)_mm512_cvtneps_pbh(values); }
-
-}  // namespace
+#include "vector_math.h"
 
 // x [rows, hidden] bf16 contiguous, weight [hidden] bf16 contiguous, hidden a multiple of 16
 at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps) {
@@ -35,15 +25,14 @@ at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps) {
       const uint16_t* row = xs + r * hidden;
       __m512 squares = _mm512_setzero_ps();
       for (int64_t i = 0; i < hidden; i += 16) {
-        const __m512 v = widen(row + i);
+        const __m512 v = r3l::load_bf16(row + i);
         squares = _mm512_fmadd_ps(v, v, squares);
       }
       const float mean = _mm512_reduce_add_ps(squares) / float(hidden);
       const __m512 inverse = _mm512_set1_ps(1.f / std::sqrt(mean + float(eps)));
       for (int64_t i = 0; i < hidden; i += 16) {
-        const __m256i normed = rounded(_mm512_mul_ps(widen(row + i), inverse));
-        const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(normed), 16));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(os + r * hidden + i), rounded(_mm512_mul_ps(widen(ws + i), back)));
+        const __m512 normed = r3l::widened(r3l::rounded(_mm512_mul_ps(r3l::load_bf16(row + i), inverse)));
+        r3l::store_bf16(os + r * hidden + i, _mm512_mul_ps(r3l::load_bf16(ws + i), normed));
       }
     }
   });

@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_args.h"
 #include "kernels.h"
 #include "vector_math.h"
 
@@ -63,10 +64,6 @@ inline __m256i row16(const uint16_t* values, bool present) {
   return present ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values)) : _mm256_setzero_si256();
 }
 
-inline void store_bf16(uint16_t* target, __m512 values) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(target), (__m256i)_mm512_cvtneps_pbh(values));
-}
-
 }  // namespace
 
 // Linux leaves AMX's tile data off until a process asks for it (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA); the
@@ -81,48 +78,35 @@ bool tiles_ready() {
 at::Tensor decode_attention_tiles(at::Tensor query, at::Tensor keys, at::Tensor values,
                                      at::Tensor allowed, double scale) {
   TORCH_CHECK(tiles_ready(), "decode_attention_tiles: this process may not use AMX tiles");
-  TORCH_CHECK(query.scalar_type() == at::kBFloat16 && keys.scalar_type() == at::kBFloat16 &&
-              values.scalar_type() == at::kBFloat16, "decode_attention_tiles: bf16 only");
-  TORCH_CHECK(query.is_contiguous() && keys.stride(3) == 1 && values.stride(3) == 1, "decode_attention_tiles: layout");
-  const int64_t rows = query.size(0), query_heads = query.size(1), dim = query.size(2);
-  const int64_t kv_heads = keys.size(1), length = keys.size(2), group = query_heads / kv_heads;
-  TORCH_CHECK(dim % kTileWords == 0 && query_heads % kv_heads == 0 && group <= kTileRows && length > 0,
-              "decode_attention_tiles: shape");
-  TORCH_CHECK(allowed.numel() == 0 || (allowed.scalar_type() == at::kBool && allowed.is_contiguous() &&
-                                       allowed.size(0) == rows && allowed.size(1) == length),
-              "decode_attention_tiles: mask");
-  auto out = at::empty({rows, query_heads, dim}, query.options());
-  const auto* q = reinterpret_cast<const uint16_t*>(query.data_ptr<at::BFloat16>());
-  const auto* k = reinterpret_cast<const uint16_t*>(keys.data_ptr<at::BFloat16>());
-  const auto* v = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
-  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-  const bool* mask = allowed.numel() ? allowed.data_ptr<bool>() : nullptr;
-  const int64_t k_row = keys.stride(0), k_head = keys.stride(1), k_pos = keys.stride(2);
-  const int64_t v_row = values.stride(0), v_head = values.stride(1), v_pos = values.stride(2);
-  const int64_t words = dim / kTileWords, slices = dim / 16, padded = (length + 31) / 32 * 32;
+  const r3l::AttentionArgs args = r3l::attention_args("decode_attention_tiles", query, keys, values, allowed);
+  TORCH_CHECK(args.group <= kTileRows, "decode_attention_tiles: shape");
+  const uint16_t *q = args.q, *k = args.k, *v = args.v;
+  const int64_t words = args.dim / kTileWords, slices = args.dim / 16, padded = (args.length + 31) / 32 * 32;
   const float sc = float(scale), minus_inf = -std::numeric_limits<float>::infinity();
-  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, args.rows * args.kv_heads, 1, [&](int64_t begin, int64_t end) {
     // 0: q.K^T sums [16 positions][16 query heads]; 1: keys; 2: p [group][32 positions]; 3: the B operand;
     // 4-7: p.V sums [group][16 of the head dim]
-    const int g = int(group);
+    const int g = int(args.group);
     configure({16, 16, g, 16, g, g, g, g});
-    std::vector<uint16_t> tail(kTileRows * dim), probs(group * padded), packed(4 * kTileValues);
-    std::vector<float> sums(padded * kTileRows), scores(padded), mixed(group * dim), inverse(group);
+    std::vector<uint16_t> tail(kTileRows * args.dim), probs(args.group * padded), packed(4 * kTileValues);
+    std::vector<float> sums(padded * kTileRows), scores(padded), mixed(args.group * args.dim), inverse(args.group);
     const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                               _mm512_set1_epi32(kTileRows));
     for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t row = pair / kv_heads, head = pair % kv_heads;
-      const uint16_t* key = k + row * k_row + head * k_head;
-      const uint16_t* value = v + row * v_row + head * v_head;
-      const std::vector<uint16_t> query_pairs = as_pairs(q + (row * query_heads + head * group) * dim, group, dim, dim);
-      for (int64_t start = 0; start < length; start += kTileRows) {
-        const uint16_t* source = key + start * k_pos;
-        int64_t stride = k_pos * 2;
-        if (length - start < kTileRows) {  // the last positions, copied: a tile load reads 16 rows
+      const int64_t row = pair / args.kv_heads, head = pair % args.kv_heads;
+      const uint16_t* key = k + row * args.k_row + head * args.k_head;
+      const uint16_t* value = v + row * args.v_row + head * args.v_head;
+      const uint16_t* queries = q + (row * args.query_heads + head * args.group) * args.dim;
+      const std::vector<uint16_t> query_pairs = as_pairs(queries, args.group, args.dim, args.dim);
+      for (int64_t start = 0; start < args.length; start += kTileRows) {
+        const uint16_t* source = key + start * args.k_pos;
+        int64_t stride = args.k_pos * 2;
+        if (args.length - start < kTileRows) {  // the last positions, copied: a tile load reads 16 rows
           std::fill(tail.begin(), tail.end(), 0);
-          for (int64_t j = 0; j < length - start; ++j) std::memcpy(&tail[j * dim], source + j * k_pos, dim * 2);
+          for (int64_t j = 0; j < args.length - start; ++j)
+            std::memcpy(&tail[j * args.dim], source + j * args.k_pos, args.dim * 2);
           source = tail.data();
-          stride = dim * 2;
+          stride = args.dim * 2;
         }
         _tile_zero(0);
         for (int64_t w = 0; w < words; ++w) {
@@ -132,11 +116,12 @@ at::Tensor decode_attention_tiles(at::Tensor query, at::Tensor keys, at::Tensor 
         }
         _tile_stored(0, sums.data() + start * kTileRows, 64);
       }
-      const bool* allowed_here = mask != nullptr ? mask + row * length : nullptr;
-      for (int64_t h = 0; h < group; ++h) {
+      const bool* allowed_here = args.mask != nullptr ? args.mask + row * args.length : nullptr;
+      for (int64_t h = 0; h < args.group; ++h) {
         __m512 highest = _mm512_set1_ps(minus_inf);
         for (int64_t l = 0; l < padded; l += 16) {
-          __mmask16 live = l + 16 <= length ? __mmask16(0xFFFF) : __mmask16((1u << std::max<int64_t>(length - l, 0)) - 1);
+          __mmask16 live = l + 16 <= args.length ? __mmask16(0xFFFF)
+                                                 : __mmask16((1u << std::max<int64_t>(args.length - l, 0)) - 1);
           if (allowed_here != nullptr && live)
             live = _mm_mask_cmpneq_epi8_mask(live, _mm_maskz_loadu_epi8(live, allowed_here + l), _mm_setzero_si128());
           __m512 x = _mm512_set1_ps(minus_inf);
@@ -152,7 +137,7 @@ at::Tensor decode_attention_tiles(at::Tensor query, at::Tensor keys, at::Tensor 
         for (int64_t l = 0; l < padded; l += 16) {
           const __m512 e = r3l::exp16(_mm512_sub_ps(_mm512_loadu_ps(scores.data() + l), shift));
           total = _mm512_add_ps(total, e);
-          store_bf16(probs.data() + h * padded + l, e);
+          r3l::store_bf16(probs.data() + h * padded + l, e);
         }
         const float sum = _mm512_reduce_add_ps(total);
         inverse[h] = sum > 0.f ? 1.f / sum : 0.f;
@@ -163,13 +148,13 @@ at::Tensor decode_attention_tiles(at::Tensor query, at::Tensor keys, at::Tensor 
         _tile_zero(5);
         _tile_zero(6);
         _tile_zero(7);
-        for (int64_t l0 = 0; l0 < length; l0 += 32) {
+        for (int64_t l0 = 0; l0 < args.length; l0 += 32) {
           for (int64_t i = 0; i < 16; ++i) {
             const int64_t a = l0 + 2 * i, b = a + 1;
             for (int64_t c = 0; c < count; ++c) {
               const int64_t d0 = (first + c) * 16;
-              const __m512i both = interleaved(row16(value + a * v_pos + d0, a < length),
-                                               row16(value + b * v_pos + d0, b < length));
+              const __m512i both = interleaved(row16(value + a * args.v_pos + d0, a < args.length),
+                                               row16(value + b * args.v_pos + d0, b < args.length));
               _mm512_storeu_si512(packed.data() + c * kTileValues + i * kTileWords, both);
             }
           }
@@ -190,22 +175,22 @@ at::Tensor decode_attention_tiles(at::Tensor query, at::Tensor keys, at::Tensor 
           }
         }
         float* target = mixed.data() + first * 16;
-        const int64_t stride = dim * 4;
+        const int64_t stride = args.dim * 4;
         _tile_stored(4, target, stride);
         if (count > 1) _tile_stored(5, target + 16, stride);
         if (count > 2) _tile_stored(6, target + 32, stride);
         if (count > 3) _tile_stored(7, target + 48, stride);
       }
-      for (int64_t h = 0; h < group; ++h) {
-        uint16_t* target = o + (row * query_heads + head * group + h) * dim;
+      for (int64_t h = 0; h < args.group; ++h) {
+        uint16_t* target = args.o + (row * args.query_heads + head * args.group + h) * args.dim;
         const __m512 inv = _mm512_set1_ps(inverse[h]);
-        for (int64_t d = 0; d < dim; d += 16)
-          store_bf16(target + d, _mm512_mul_ps(_mm512_loadu_ps(mixed.data() + h * dim + d), inv));
+        for (int64_t d = 0; d < args.dim; d += 16)
+          r3l::store_bf16(target + d, _mm512_mul_ps(_mm512_loadu_ps(mixed.data() + h * args.dim + d), inv));
       }
     }
     _tile_release();
   });
-  return out;
+  return args.out;
 }
 
 // x [rows <= 16, in] contiguous, weight [out, in] contiguous, in a multiple of 32: x weight^T [rows, out], the
@@ -251,10 +236,10 @@ at::Tensor few_rows_linear_tiles(at::Tensor x, at::Tensor weight) {
       _tile_stored(1, sums + 16 * kTileRows, 64);
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < 32; ++j) gathered[j] = sums[j * kTileRows + r];
-        alignas(64) uint16_t rounded[32];
-        store_bf16(rounded, _mm512_load_ps(gathered));
-        store_bf16(rounded + 16, _mm512_load_ps(gathered + 16));
-        std::memcpy(os + r * outs + first, rounded, count * 2);
+        alignas(64) uint16_t halves[32];
+        r3l::store_bf16(halves, _mm512_load_ps(gathered));
+        r3l::store_bf16(halves + 16, _mm512_load_ps(gathered + 16));
+        std::memcpy(os + r * outs + first, halves, count * 2);
       }
     }
     _tile_release();

@@ -2,6 +2,8 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace r3l {
 
 // exp(x) to ~1e-7 relative (2^(x log2 e): a degree-6 polynomial of the fraction, scaled by 2^n); 0 below -87
@@ -19,6 +21,22 @@ inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471805599453f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
   return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
+}
+
+// sixteen bf16 values as fp32 (exact: a bf16 is an fp32's upper half)
+inline __m512 widened(__m256i values) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(values), 16));
+}
+
+inline __m512 load_bf16(const uint16_t* values) {
+  return widened(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values)));
+}
+
+// sixteen fp32 values rounded to bf16 (to nearest, ties to even)
+inline __m256i rounded(__m512 values) { return (__m256i)_mm512_cvtneps_pbh(values); }
+
+inline void store_bf16(uint16_t* target, __m512 values) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(target), rounded(values));
 }
 
 }  // namespace r3l
