@@ -37,9 +37,10 @@ def main() -> None:
 
     def measure(chosen):
         tasks = episode_tasks(chosen)
-        played = lambda turns: play(  # noqa: E731
-            episode_config(chosen, [], turns), generator, tokenizer, tasks, turns, shape, bytes_per_value
-        )
+
+        def played(turns):
+            return play(episode_config(chosen, [], turns), generator, tokenizer, tasks, turns, shape, bytes_per_value)
+
         played(2)  # warm-up: first calls, simulators
         return {str(turns): played(turns) for turns in turns_list}
 
