@@ -345,3 +345,26 @@ def test_an_arithmetic_split_is_kept_on_disk_and_written_once_a_walk(tmp_path, m
     loaded = ArithmeticEnv(seed=5, train_size=40, test_size=10)
     assert list(loaded.tasks("test")) + list(loaded.tasks("train")) == first
     clear_task_cache()
+
+
+def test_a_split_kept_on_disk_is_loaded_without_importing_reasoning_gym(tmp_path, monkeypatch):
+    """reasoning-gym takes ~1 s to import (sympy, matplotlib): a process whose split is on disk (every run after
+    the first with these settings) neither imports it nor makes its dataset."""
+    monkeypatch.setenv("R3L_CACHE", str(tmp_path))
+    probe = textwrap.dedent(
+        """
+        import sys
+        from r3l.envs.arithmetic import ArithmeticEnv
+        from r3l.envs.countdown import CountdownEnv
+
+        envs = [ArithmeticEnv(seed=3, train_size=20, test_size=5), CountdownEnv(seed=3, train_size=6, test_size=2)]
+        print([task.prompt for env in envs for split in ("test", "train") for task in env.tasks(split)])
+        print("reasoning_gym" in sys.modules)
+        """
+    )
+    made, loaded = (
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300) for _ in range(2)
+    )
+    assert made.returncode == 0 == loaded.returncode, made.stderr + loaded.stderr
+    assert made.stdout.splitlines() == [loaded.stdout.splitlines()[0], "True"]  # the same tasks, drawn then loaded
+    assert loaded.stdout.splitlines()[1] == "False"

@@ -201,7 +201,7 @@ def test_drawn_items_kept_on_disk_give_the_same_tasks_and_are_not_redrawn(tmp_pa
     """Countdown's draws cost milliseconds each, so they are kept between processes (r3l/envs/task_store.py):
     a second process loads the same tasks without drawing, a store for other settings is another file, and a
     damaged file is drawn again."""
-    import r3l.envs.countdown as countdown
+    import r3l.envs.arithmetic as arithmetic
 
     monkeypatch.setenv("R3L_CACHE", str(tmp_path))
     clear_task_cache()
@@ -209,7 +209,7 @@ def test_drawn_items_kept_on_disk_give_the_same_tasks_and_are_not_redrawn(tmp_pa
     first = list(drawn.tasks("test")) + list(drawn.tasks("train"))
     (stored,) = (tmp_path / "tasks").iterdir()
     clear_task_cache()  # a second process, as far as the draws are concerned
-    monkeypatch.setattr(countdown, "create_reasoning_gym_dataset", lambda *a: pytest.fail("drew instead of loading"))
+    monkeypatch.setattr(arithmetic, "create_reasoning_gym_dataset", lambda *a: pytest.fail("drew instead of loading"))
     loaded = CountdownEnv(seed=3, train_size=12, test_size=4)
     assert list(loaded.tasks("test")) + list(loaded.tasks("train")) == first
     monkeypatch.undo()

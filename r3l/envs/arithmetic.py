@@ -9,6 +9,7 @@ every instance made with the same settings, so making an environment per batch s
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import threading
@@ -214,13 +215,20 @@ class ReasoningGymEnv(SingleTurnEnv):
         return "reasoning_gym"
 
     def _make_draw(self, config: dict[str, Any], max_draws: int) -> Callable[[int], Item | None]:
-        dataset = create_reasoning_gym_dataset(self.name, self.dataset_name, self.seed, max_draws, config)
+        dataset = self._dataset_on_first_draw(config, max_draws)
 
         def draw(index: int) -> Item | None:
-            item = dataset[index]
+            item = dataset()[index]
             return item if self.keep(item) else None
 
         return draw
+
+    def _dataset_on_first_draw(self, config: dict[str, Any], max_draws: int) -> Callable[[], Any]:
+        """The reasoning-gym dataset, made (and reasoning-gym imported, ~1 s) at the first draw only: a split kept
+        on disk is loaded without either. Draws run under their TaskDraws' lock, so it is made once."""
+        return functools.cache(
+            lambda: create_reasoning_gym_dataset(self.name, self.dataset_name, self.seed, max_draws, config)
+        )
 
 
 class _TaggedAnswerEnv(ReasoningGymEnv):

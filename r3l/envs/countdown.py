@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from r3l.envs import register
-from r3l.envs.arithmetic import Item, ReasoningGymEnv, create_reasoning_gym_dataset, reasoning_gym_seed
+from r3l.envs.arithmetic import Item, ReasoningGymEnv, reasoning_gym_seed
 from r3l.envs.base import Task, Verdict
 from r3l.errors import UserError
 from r3l.grading.answer import extract_tagged
@@ -108,13 +108,11 @@ class CountdownEnv(ReasoningGymEnv):
         if self.source_name() == "builtin":
             warnings.warn("reasoning-gym is not installed; countdown uses its built-in task generator", stacklevel=2)
             return _builtin_draw(self.seed, config)
-        made: list = []  # the dataset, made at the first draw (none where the items are kept on disk)
+        dataset = self._dataset_on_first_draw(config, max_draws)
 
         def draw(index: int) -> Item:
-            if not made:
-                made.append(create_reasoning_gym_dataset(self.name, self.dataset_name, self.seed, max_draws, config))
             try:
-                return made[0][index]
+                return dataset()[index]
             except ValueError as error:  # reasoning-gym gives up after 100 tries at one task
                 raise UserError(
                     f"environment 'countdown' cannot make tasks with these settings ({error}); "
