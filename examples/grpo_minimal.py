@@ -80,7 +80,10 @@ def main() -> None:
         advantages = advantage_fn(rewards, group_ids)
 
         # 3. Learn: the answer's tokens are trained (loss mask 1), the prompt's are context only (attention mask).
+        # Columns are positions 0..width-2 (position t predicts token t + 1); the LM head runs from the first
+        # answer position on (logits_to_keep), so that the prompts cost no logits.
         width = max(len(prompt) + len(answer.tokens) for prompt, answer in rows)
+        first = min(len(prompt) for prompt, _ in rows) - 1
         input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         loss_mask = torch.zeros(len(rows), width - 1)
@@ -91,8 +94,10 @@ def main() -> None:
             attention_mask[row, : len(tokens)] = 1
             loss_mask[row, len(prompt) - 1 : len(tokens) - 1] = 1  # position t predicts token t + 1
             sampled_logprobs[row, len(prompt) - 1 : len(tokens) - 1] = torch.tensor(answer.logprobs)
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
-        logprobs = token_logprobs(logits, input_ids[:, 1:], temperature=sampling.temperature) * loss_mask
+        loss_mask, sampled_logprobs = loss_mask[:, first:], sampled_logprobs[:, first:]
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width - first).logits
+        logprobs = token_logprobs(logits[:, :-1], input_ids[:, first + 1 :], temperature=sampling.temperature)
+        logprobs = logprobs * loss_mask
         gap = float(((logprobs.detach() - sampled_logprobs).abs() * loss_mask).sum() / loss_mask.sum())
         # One update per batch, so the old policy is the current one (ratio 1); the generator's own log-probs
         # (answer.logprobs) would be the old policy for a batch explored by older weights.

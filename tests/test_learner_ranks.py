@@ -55,17 +55,25 @@ def test_two_learner_ranks_train_like_one_process(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("sharded", [False, True], ids=["gathered", "sharded-checkpoints"])
-def test_a_two_rank_run_resumes_exactly(tmp_path, sharded):
-    args = [
-        *common(tmp_path),
-        "distributed.learner_ranks=2",
-        "train.steps=4",
-        f"distributed.sharded_checkpoints={str(sharded).lower()}",
-        "train.keep_optimizer=true",
-    ]
-    straight = run_cli("train", *args, "run.name=straight", cwd=tmp_path)
+TWO_RANKS_FOUR_STEPS = ["distributed.learner_ranks=2", "train.steps=4", "train.keep_optimizer=true"]
+
+
+@pytest.fixture(scope="module")
+def straight_two_rank_run(tmp_path_factory) -> tuple[Path, list[str]]:
+    """An uninterrupted 2-rank run (checkpoints gathered), the reference both resume tests end at: the
+    checkpoints' layout does not change what is trained."""
+    root = tmp_path_factory.mktemp("learner-ranks")
+    args = [*common(root), *TWO_RANKS_FOUR_STEPS]
+    straight = run_cli("train", *args, "run.name=straight", cwd=root)
     assert straight.returncode == 0, straight.stderr[-2000:]
+    return root / "straight", args
+
+
+@pytest.mark.xdist_group("two-rank-resume")  # with pytest-xdist: one worker, so the reference run is made once
+@pytest.mark.parametrize("sharded", [False, True], ids=["gathered", "sharded-checkpoints"])
+def test_a_two_rank_run_resumes_exactly(tmp_path, sharded, straight_two_rank_run):
+    straight, reference_args = straight_two_rank_run
+    args = [*reference_args, f"run.dir={tmp_path}", f"distributed.sharded_checkpoints={str(sharded).lower()}"]
     interrupted = subprocess.Popen(
         [sys.executable, "-m", "r3l.cli", "train", *args, "run.name=split"],
         cwd=tmp_path,
@@ -83,7 +91,7 @@ def test_a_two_rank_run_resumes_exactly(tmp_path, sharded):
     assert 1 <= json.loads(stdout)["step"] < 4
     resumed = run_cli("train", "--resume", str(tmp_path / "split"), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    a, b = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    a, b = final_weights(straight), final_weights(tmp_path / "split")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     latest = tmp_path / "split" / "checkpoints" / "latest"
     assert (latest / "sharded").is_dir() == sharded and (latest / "optimizer.pt").exists() != sharded
