@@ -14,7 +14,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm
+# with pytest-xdist (.ci/vllm_tests runs two workers): one worker builds the module's engines for the tests that
+# share them, the other runs the tests that start engines of their own (a training run, an engine apart)
+pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm-shared-engines")]
+OWN_ENGINES = pytest.mark.xdist_group("vllm-own-engines")
 
 from r3l.config import AlgorithmConfig, TrainConfig  # noqa: E402
 from r3l.experience import Experience  # noqa: E402
@@ -293,6 +296,7 @@ def test_a_lora_adapter_synced_alone_samples_as_the_merged_weights(embedded, eng
         merged.sync_weights(model.state_dict())
 
 
+@OWN_ENGINES
 def test_a_lora_run_on_vllm_syncs_the_adapter_alone(tmp_path):
     from r3l.config import load_config
     from r3l.trainer import Trainer
@@ -334,6 +338,7 @@ def watched_processes() -> set[int]:
     return {int(pair.split(":")[0]) for words in watchdogs for pair in words[words.index("r3l.orphans") + 2 :]}
 
 
+@OWN_ENGINES
 def test_beside_two_learner_ranks_the_engine_runs_apart_and_follows_a_sync(embedded, tmp_path):
     """vLLM's in-process worker would take the default process group the learner ranks hold (issue 35 #1): beside
     ranks the engine runs in a process of its own and syncs through a file. The run trains two steps with two gloo
