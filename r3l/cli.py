@@ -548,5 +548,17 @@ def main() -> None:
         sys.exit(status)
 
 
+def entry() -> None:
+    """`r3l` and `python -m r3l.cli`: `main()`, then the process ends without the interpreter's teardown of the
+    modules it loaded (r3l/process_end.py). An exception main() does not word keeps Python's traceback."""
+    from r3l.process_end import end_process, exit_status
+
+    try:
+        main()
+    except SystemExit as done:
+        end_process(exit_status(done.code))
+    end_process(0)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -65,3 +65,34 @@ def test_a_stderr_without_a_file_descriptor_does_not_stop_the_cli(stderr):
     probe = f"import io, sys\nfrom r3l import cli\nsys.stderr = {stderr}\nsys.argv = ['r3l', 'envs']\ncli.main()"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "arithmetic" in done.stdout, done.stderr[-1000:]
+
+
+ENDING = """
+import atexit, json, sys, threading, time
+from r3l import cli
+
+
+class Teardown:
+    def __del__(self):
+        print("teardown ran", file=sys.stderr)  # module globals are cleared in the interpreter's teardown
+
+
+kept = Teardown()
+atexit.register(lambda: print("atexit ran"))
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished"))).start()
+sys.stdout.write("buffered, ")  # no newline, to a pipe: flushed only at the end
+sys.argv = ["r3l", *json.loads(sys.argv[1])]
+cli.entry()
+"""
+
+
+@pytest.mark.parametrize("args, status", [(["envs"], 0), (["train", "model=/nonexistent"], 2)])
+def test_a_command_ends_without_the_interpreters_teardown_but_with_what_an_exit_does(args, status):
+    """`r3l` skips Python's teardown of torch's and transformers' modules (~0.8 s a command), and keeps what an
+    exit does: non-daemon threads finish, then the atexit handlers run, buffered output is written, the status
+    is the command's."""
+    done = subprocess.run([sys.executable, "-c", ENDING, json.dumps(args)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == status, done.stderr[-1000:]
+    assert done.stdout.startswith("buffered, ") and done.stdout.endswith("thread finished\natexit ran\n")
+    assert "teardown ran" not in done.stderr
+    assert (status == 0) == ("error: " not in done.stderr)
