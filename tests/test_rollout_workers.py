@@ -3,6 +3,8 @@ the experiences one process does, weight syncs reach them, a dead worker stops t
 replaced, and `r3l train distributed.rollout_workers=2` runs end to end."""
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -61,9 +63,23 @@ def test_merged_metrics_sum_counts_and_weight_means_by_tasks():
     assert merge_shard_metrics([({"pivot_count/2": 1.0}, 2), ({"pivot_count/2": 3.0}, 1)]) == {"pivot_count/2": 4.0}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_local_ray_for_the_module():
+    """The in-process tests share one local Ray (started by the first, with a run's own settings) instead of
+    starting and stopping one each (~4 s); a pool that finds Ray running leaves it running. Stopped at the end."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
 def trainer_with_workers(tmp_path, overrides, workers=2, failure="fail"):
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
+    from r3l.distributed.rollout_pool import ray_init_options
     from r3l.trainer import Trainer
+
+    if not ray.is_initialized():  # else the module's local Ray, or a test's own cluster
+        ray.init(**ray_init_options(None, max(os.cpu_count() or 1, workers), None))
 
     config = load_config(
         None,
@@ -220,6 +236,8 @@ def test_workers_are_placed_across_the_nodes_of_a_two_node_cluster(tmp_path):
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
+    if ray.is_initialized():  # the module's local Ray: this test connects to a cluster of its own
+        ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
     ray.init(address=cluster.address)

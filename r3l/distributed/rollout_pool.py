@@ -101,18 +101,11 @@ class RolloutPool:
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         with environment_while(shown):  # the raylet reads CUDA_VISIBLE_DEVICES once, as it starts
             self._ray.init(
-                address=self.settings.ray_address,
-                include_dashboard=False,
-                configure_logging=False,
-                log_to_driver=False,
-                num_cpus=max(os.cpu_count() or 1, wanted) if local else None,
-                num_gpus=len(gpus) if gpus is not None else None,
-                runtime_env={
-                    "env_vars": {
-                        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-                        "TOKENIZERS_PARALLELISM": "false",
-                    }
-                },
+                **ray_init_options(
+                    self.settings.ray_address,
+                    max(os.cpu_count() or 1, wanted) if local else None,
+                    len(gpus) if gpus is not None else None,
+                )
             )
 
     def _agreed_dtype(self):
@@ -343,6 +336,22 @@ class RolloutPool:
         self.stream = None
         if self._started_ray:
             self._ray.shutdown()
+
+
+def ray_init_options(address: str | None, num_cpus: int | None, num_gpus: int | None) -> dict[str, Any]:
+    """`ray.init`'s settings for a run's Ray: a local one (address None) of `num_cpus` and `num_gpus`, or a
+    connection to `address`; no dashboard, Ray's logging left alone, the workers' output not forwarded."""
+    return {
+        "address": address,
+        "include_dashboard": False,
+        "configure_logging": False,
+        "log_to_driver": False,
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "runtime_env": {
+            "env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "TOKENIZERS_PARALLELISM": "false"}
+        },
+    }
 
 
 def _first_line(error: BaseException) -> str:
