@@ -74,9 +74,13 @@ def test_vllms_environment_is_found_where_given_or_beside_the_checkout(tmp_path)
     python.parent.mkdir(parents=True)
     python.touch()
     assert multi_turn.vllm_python({"VLLM_VENV": str(tmp_path / "venv")}, tmp_path) == python
-    assert multi_turn.vllm_python({}, tmp_path) is None
-    (tmp_path / ".venv-vllm").symlink_to(tmp_path / "venv")
-    assert multi_turn.vllm_python({}, tmp_path) == tmp_path / ".venv-vllm" / "bin" / "python"
+    cache = {"R3L_CACHE": str(tmp_path / "cache")}
+    assert multi_turn.vllm_python(cache, tmp_path) is None
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "venv-vllm").symlink_to(tmp_path / "venv")  # where .ci/vllm_tests makes it
+    assert multi_turn.vllm_python(cache, tmp_path) == tmp_path / "cache" / "venv-vllm" / "bin" / "python"
+    (tmp_path / ".venv-vllm").symlink_to(tmp_path / "venv")  # one beside the checkout comes first
+    assert multi_turn.vllm_python(cache, tmp_path) == tmp_path / ".venv-vllm" / "bin" / "python"
 
 
 def test_vllms_episodes_are_tabled_or_said_why_not():

@@ -241,11 +241,15 @@ def long_context_decode(config: Config) -> dict[str, Any]:
 
 
 def vllm_python(environ: Mapping[str, str], root: Path) -> Path | None:
-    """The Python of the environment where vLLM is installed: VLLM_VENV, else `.venv-vllm` (made by
-    .ci/vllm_tests) under `root`; None where there is none."""
-    venv = Path(environ["VLLM_VENV"]) if environ.get("VLLM_VENV") else root / ".venv-vllm"
-    python = venv / "bin" / "python"
-    return python if python.exists() else None
+    """The Python of the environment where vLLM is installed: VLLM_VENV, else `.venv-vllm` under `root`, else
+    `venv-vllm` in r3l's cache (where .ci/vllm_tests makes it); None where there is none."""
+    from r3l.models.gguf import cache_root
+
+    if environ.get("VLLM_VENV"):
+        venvs = [Path(environ["VLLM_VENV"])]
+    else:
+        venvs = [root / ".venv-vllm", cache_root(environ) / "venv-vllm"]
+    return next((venv / "bin" / "python" for venv in venvs if (venv / "bin" / "python").exists()), None)
 
 
 def vllm_episodes(config: Config, turns_list: Sequence[int]) -> dict[str, Any] | str:

@@ -1,5 +1,5 @@
 """The multi_turn section's episodes on vLLM (its automatic prefix caching on), run by the section in the
-environment where vLLM is installed (`.venv-vllm` of `.ci/vllm_tests`, or VLLM_VENV):
+environment where vLLM is installed (VLLM_VENV, `.venv-vllm` in the checkout, or `.ci/vllm_tests`'s in r3l's cache):
 
     python -m r3l.bench.multi_turn_vllm CONFIG.yaml --turns 5,20
 

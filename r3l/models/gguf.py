@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("R3L_CACHE", Path.home() / ".cache" / "r3l"))
+def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where r3l keeps what it makes once (converted models, drawn tasks, vLLM's environment): R3L_CACHE, else
+    ~/.cache/r3l."""
+    return Path(environ.get("R3L_CACHE", Path.home() / ".cache" / "r3l"))
 
 
 def converted_dir(alias: str) -> Path:
