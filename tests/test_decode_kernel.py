@@ -5,6 +5,7 @@ a few rows by a weight as fp32 arithmetic rounded to bf16; the generator that us
 closely to an fp32 forward as SDPA does; where they cannot be built the generator keeps SDPA and says why."""
 
 import copy
+import functools
 import shutil
 
 import pytest
@@ -98,7 +99,7 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
     calls = []
     built, _ = kernel()
 
-    linear_rows, norm_rows = [], []
+    linear_rows, norm_rows, rotary_rows = [], [], []
 
     class Counted:
         def tiles_ready(self):
@@ -124,6 +125,10 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
             norm_rows.append(x.shape[0])
             return built.rms_norm(x, weight, eps)
 
+        def rotary(self, q, k, cos, sin):
+            rotary_rows.append(q.shape[0])
+            return built.rotary(q, k, cos, sin)
+
     generators = {mode: HFGenerator(model, tokenizer, decode_attention=mode) for mode in ("sdpa", "kernel")}
     assert generators["kernel"].decode_kernel and not generators["sdpa"].decode_kernel
     monkeypatch.setattr(decode_kernel, "kernel", lambda: (Counted(), ""))
@@ -138,6 +143,7 @@ def test_the_generator_with_the_kernel_scores_its_tokens_as_closely_as_with_sdpa
     assert calls and max(calls) >= 300  # decode steps went through the kernel, over the whole context
     assert linear_rows and max(linear_rows) == 3  # and their linear layers, three rows at a time
     assert norm_rows and max(norm_rows) == 3  # and their norms
+    assert rotary_rows and max(rotary_rows) == 3  # and their rotary embeddings
     for sdpa_group, kernel_group in zip(groups["sdpa"], groups["kernel"]):  # the prefill's first token: one
         assert kernel_group[0].tokens[0] == sdpa_group[0].tokens[0]  # path but the head's few-rows product
         assert abs(kernel_group[0].logprobs[0] - sdpa_group[0].logprobs[0]) < 1e-4
@@ -252,3 +258,88 @@ def test_the_kernels_run_on_the_threads_torch_is_given():
         assert built.threads_seen(8) == 2
     finally:
         torch.set_num_threads(before)
+
+
+def attention_inputs(rows, heads, kv_heads, dim, angle_rows, seed):
+    """q, k as LlamaAttention hands them to apply_rotary_pos_emb (a projection's output viewed [rows, 1, heads,
+    dim] and transposed), and bf16 cos/sin [angle_rows, 1, dim] as its rotary module makes them."""
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(rows, 1, heads * dim, generator=generator).mul(4).bfloat16().view(rows, 1, heads, dim)
+    k = torch.randn(rows, 1, kv_heads * dim, generator=generator).mul(4).bfloat16().view(rows, 1, kv_heads, dim)
+    angles = torch.rand(angle_rows, 1, dim // 2, generator=generator) * 3000
+    angles = torch.cat([angles, angles], dim=-1)
+    return q.transpose(1, 2), k.transpose(1, 2), angles.cos().bfloat16(), angles.sin().bfloat16()
+
+
+@needs_kernel
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+@pytest.mark.parametrize(
+    "rows, heads, kv_heads, dim, angle_rows",
+    [(1, 9, 3, 64, 1), (4, 9, 3, 64, 4), (3, 14, 2, 64, 1), (2, 12, 2, 128, 2)],
+)
+def test_the_rotary_kernel_is_transformers_rotary_embedding_bit_for_bit(
+    architecture, rows, heads, kv_heads, dim, angle_rows
+):
+    import importlib
+
+    modeling = importlib.import_module(f"transformers.models.{architecture}.modeling_{architecture}")
+    rotary = kernel_function("rotary")
+    q, k, cos, sin = attention_inputs(rows, heads, kv_heads, dim, angle_rows, seed=rows * dim + heads)
+    with torch.inference_mode():
+        expected = modeling.apply_rotary_pos_emb(q, k, cos, sin)
+        got = rotary(q[:, :, 0], k[:, :, 0], cos[:, 0], sin[:, 0])
+    for mine, theirs in zip(got, expected):
+        assert mine.shape == theirs.shape and mine.dtype == torch.bfloat16 and torch.equal(mine, theirs)
+
+
+def test_the_rotary_embedding_takes_the_kernel_only_for_a_decode_step(monkeypatch):
+    from transformers.models.llama import modeling_llama
+
+    taken = []
+
+    class Recorded:
+        def rotary(self, q, k, cos, sin):
+            taken.append(tuple(q.shape))
+            return q[:, :, None], k[:, :, None]
+
+    original = modeling_llama.apply_rotary_pos_emb.forward
+    monkeypatch.setattr(decode_kernel, "kernel", lambda: (Recorded(), ""))
+    q, k, cos, sin = attention_inputs(2, 9, 3, 64, 2, seed=0)
+    with torch.inference_mode():
+        decode_kernel.rotary_forward(original, q, k, cos, sin)  # not inside a kernel-mode copy's forward
+        with decode_kernel.inside_kernel_model():
+            decode_kernel.rotary_forward(original, q, k, cos, sin)
+            decode_kernel.rotary_forward(original, q.float(), k.float(), cos.float(), sin.float())  # fp32
+            decode_kernel.rotary_forward(original, q, k, cos, sin, unsqueeze_dim=2)  # another layout
+            long = torch.cat([q, q], 2), torch.cat([k, k], 2), torch.cat([cos, cos], 1), torch.cat([sin, sin], 1)
+            decode_kernel.rotary_forward(original, *long)  # two positions: a prefill
+    with decode_kernel.inside_kernel_model():
+        decode_kernel.rotary_forward(original, q, k, cos, sin)  # gradients on
+    assert taken == [(2, 9, 64)]
+
+
+@needs_kernel
+def test_installing_the_kernels_routes_the_architectures_rotary_embedding_once(tiny):
+    from transformers.models.llama import modeling_llama
+
+    model, _ = tiny
+    first, second, plain = (copy.deepcopy(model).bfloat16() for _ in range(3))
+    assert decode_kernel.install(first) == "" == decode_kernel.install(second)
+    routed = modeling_llama.apply_rotary_pos_emb.forward
+    assert isinstance(routed, functools.partial) and routed.func is decode_kernel.rotary_forward
+    assert not isinstance(routed.args[0], functools.partial)  # wrapped once, around transformers' own
+    seen = []  # inside which forwards the rotary embedding runs as a kernel-mode copy's
+
+    def watched(*args, **kwargs):
+        seen.append(getattr(decode_kernel._INSIDE, "model", False))
+        return routed(*args, **kwargs)
+
+    modeling_llama.apply_rotary_pos_emb.forward = watched
+    try:
+        with torch.inference_mode():
+            for copy_ in (copy.deepcopy(first), plain):  # a deep copy keeps the mark, on itself
+                copy_(input_ids=torch.tensor([[1, 2, 3]]))
+    finally:
+        modeling_llama.apply_rotary_pos_emb.forward = routed
+    layers = model.config.num_hidden_layers
+    assert seen == [True] * layers + [False] * layers

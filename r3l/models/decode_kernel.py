@@ -11,12 +11,18 @@ then cached); where it cannot be (no compiler, no AVX512-BF16) the generator kee
 Installed per model copy as a transformers attention function: a CPU inference decode step (one query position)
 goes to the kernel, anything else (prefill, training, compiled steps, sliding windows, sinks) to
 `grouped_attention.grouped_attention` (SDPA, grouped keys as they are in CPU inference), so the masks are
-transformers' own.
+transformers' own. The copy's linear layers, RMSNorms and rotary embedding are routed the same way (the rotary
+embedding is a function of transformers' modeling module: routed there, it takes the kernel inside the copy's
+forward only).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import sys
+import threading
 import types
 from functools import cache
 from pathlib import Path
@@ -29,7 +35,7 @@ from r3l.models.grouped_attention import SDPA_ONLY, grouped_attention, not_sdpa,
 NAME = "r3l_decode_kernel"
 SOURCES = [
     Path(__file__).parent / "csrc" / name
-    for name in ("bindings.cpp", "decode_attention.cpp", "rms_norm.cpp", "tiles.cpp")
+    for name in ("bindings.cpp", "decode_attention.cpp", "rms_norm.cpp", "rotary.cpp", "tiles.cpp")
 ]
 # -fopenmp: at::parallel_for is a header template whose OpenMP pragma a build without it ignores (one thread)
 FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]
@@ -156,6 +162,73 @@ def norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return built.rms_norm(x.reshape(rows, x.shape[-1]).contiguous(), weight, module.variance_epsilon).reshape(x.shape)
 
 
+_INSIDE = threading.local()  # .model: a model copy with the kernels installed is running its forward here
+
+
+@contextlib.contextmanager
+def inside_kernel_model():
+    """Within: the running forward is a kernel-mode copy's (the architecture's rotary embedding takes the kernel)."""
+    outer = getattr(_INSIDE, "model", False)
+    _INSIDE.model = True
+    try:
+        yield
+    finally:
+        _INSIDE.model = outer
+
+
+def kernel_model_forward(self, *args, **kwargs):
+    """A kernel-mode copy's forward: its class's, inside `inside_kernel_model()`."""
+    with inside_kernel_model():
+        return type(self).forward(self, *args, **kwargs)
+
+
+def rotary_forward(original, q, k, cos, sin, unsqueeze_dim=1):
+    """transformers' `apply_rotary_pos_emb(q, k, cos, sin)`: the kernel's `rotary` (one call for the function's
+    fourteen, bit for bit the same) for a kernel-mode copy's decode step (bf16 query and key), `original`
+    otherwise."""
+    built, _ = kernel()
+    if (
+        built is None
+        or not getattr(_INSIDE, "model", False)
+        or unsqueeze_dim != 1
+        or q.dim() != 4
+        or k.dim() != 4
+        or q.shape[2] != 1
+        or k.shape[2] != 1
+        or not decode_rows(cos, q.shape[0])
+        or q.dtype != torch.bfloat16
+        or k.dtype != torch.bfloat16
+        or sin.dtype != torch.bfloat16
+        or q.shape[-1] % 32
+        or k.shape[-1] != q.shape[-1]
+        or q.stride(-1) != 1
+        or k.stride(-1) != 1
+        or cos.dim() != 3
+        or cos.shape != sin.shape
+        or cos.shape[1] != 1
+        or cos.shape[0] not in (1, q.shape[0])
+        or cos.stride(-1) != 1
+        or sin.stride(-1) != 1
+    ):
+        return original(q, k, cos, sin, unsqueeze_dim)
+    return built.rotary(q[:, :, 0], k[:, :, 0], cos[:, 0], sin[:, 0])
+
+
+def route_rotary(model) -> None:
+    """Send `model`'s rotary embedding through `rotary_forward`. transformers calls it as `apply_rotary_pos_emb`
+    of the architecture's modeling module (an nn.Module there, one for every model of the architecture in the
+    process): that is routed once, and takes the kernel only inside the forward of a copy routed here (the
+    model's forward marks it). Nothing where it is a plain function."""
+    modeling = sys.modules.get(type(model).__module__)
+    rotary = getattr(modeling, "apply_rotary_pos_emb", None)
+    if not isinstance(rotary, torch.nn.Module):
+        return
+    if not getattr(rotary, "r3l_decode_kernel", False):
+        rotary.forward = functools.partial(rotary_forward, rotary.forward)
+        setattr(rotary, "r3l_decode_kernel", True)  # noqa: B010 - a mark on a module, not a submodule
+    model.forward = types.MethodType(kernel_model_forward, model)
+
+
 def install(model) -> str:
     """Route `model`'s attention through `decode_attention`, its plain linear layers' forwards through
     `few_rows_forward` and its Llama-family RMSNorms' through `norm_forward`; returns "" where it did, else why
@@ -172,4 +245,5 @@ def install(model) -> str:
             module.forward = types.MethodType(few_rows_forward, module)  # type: ignore[method-assign]
         elif type(module).__name__ in LLAMA_NORMS:
             module.forward = types.MethodType(norm_forward, module)
+    route_rotary(model)
     return ""

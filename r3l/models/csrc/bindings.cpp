@@ -21,6 +21,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &decode_attention);
   m.def("few_rows_linear", &few_rows_linear);
   m.def("rms_norm", &rms_norm);
+  m.def("rotary", &rotary);
   m.def("tiles_ready", &tiles_ready);
   m.def("threads_seen", &threads_seen);
   m.def("decode_attention_tiles", &decode_attention_tiles);
