@@ -5,6 +5,7 @@ import torch
 
 from r3l.config import load_config
 from r3l.errors import UserError
+from r3l.models.decode_kernel import cpu_has_avx512_bf16
 from r3l.rollout.chat import PromptFormat, encode_prompt
 from r3l.rollout.generator import SamplingParams
 from r3l.rollout.hf import HFGenerator
@@ -148,3 +149,20 @@ def test_static_caches_are_kept_for_the_recent_shapes_only(tiny):
         assert outputs(static, prompts_, params, n) == outputs(dynamic, prompts_, params, n)
         assert len(static.static._caches) <= CACHES_KEPT
     assert list(static.static._caches) == [(16, 128), (1, 128)]
+
+
+@pytest.mark.skipif(not cpu_has_avx512_bf16(), reason="kernel mode needs a CPU with AVX512-BF16")
+def test_a_kernel_mode_copy_compiles_whole_with_its_rotary_embedding_routed(tiny):
+    """Kernel mode routes the architecture's rotary embedding (a function every Llama model of the process calls)
+    and marks its copy's forward: torch.compile (fullgraph) traces both through transformers' own paths, for the
+    kernel-mode copy and for another model compiled in the same process, and decodes as the same copy uncompiled
+    does without the kernels' roundings: greedy tokens of the tiny model equal the SDPA loop's."""
+    model, tokenizer = tiny
+    batch = prompts(tokenizer, QUESTIONS)
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    kernel_copy = HFGenerator(model, tokenizer, dtype=torch.bfloat16, decode="compiled", decode_attention="kernel")
+    assert kernel_copy.decode_kernel
+    plain_copy = HFGenerator(model, tokenizer, dtype=torch.bfloat16, decode="compiled")
+    sdpa = HFGenerator(model, tokenizer, dtype=torch.bfloat16)
+    expected = outputs(sdpa, batch, params, 1)
+    assert outputs(kernel_copy, batch, params, 1) == expected == outputs(plain_copy, batch, params, 1)

@@ -94,6 +94,8 @@ def decode_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: the kernel for a CPU inference decode step, SDPA otherwise."""
+    if torch.compiler.is_compiling():  # before the build is asked for: torch.compile cannot trace that
+        return grouped_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     built, _ = kernel()
     usable = (
         built is not None
@@ -138,6 +140,8 @@ def decode_rows(x: torch.Tensor, most: int) -> int:
 def few_rows_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """A linear layer's forward: the kernel's for a decode step's rows (at most TILE_ROWS on AMX tiles, FEW_ROWS
     without), `F.linear` otherwise."""
+    if torch.compiler.is_compiling():
+        return torch.nn.functional.linear(x, module.weight, module.bias)
     built, _ = kernel()
     weight = module.weight
     on_tiles = built is not None and built.tiles_ready()
@@ -154,6 +158,8 @@ def few_rows_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def norm_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A Llama-family RMSNorm's forward: the kernel's `rms_norm` (one call for the module's eight) for a decode
     step's rows, the module's own otherwise."""
+    if torch.compiler.is_compiling():
+        return type(module).forward(module, x)
     built, _ = kernel()
     weight = cast(torch.Tensor, module.weight)
     rows = decode_rows(x, TILE_ROWS) if built is not None else 0
@@ -177,7 +183,10 @@ def inside_kernel_model():
 
 
 def kernel_model_forward(self, *args, **kwargs):
-    """A kernel-mode copy's forward: its class's, inside `inside_kernel_model()`."""
+    """A kernel-mode copy's forward: its class's, inside `inside_kernel_model()` (not while torch.compile traces
+    it: a compiled step takes transformers' own paths)."""
+    if torch.compiler.is_compiling():
+        return type(self).forward(self, *args, **kwargs)
     with inside_kernel_model():
         return type(self).forward(self, *args, **kwargs)
 
@@ -186,10 +195,11 @@ def rotary_forward(original, q, k, cos, sin, unsqueeze_dim=1):
     """transformers' `apply_rotary_pos_emb(q, k, cos, sin)`: the kernel's `rotary` (one call for the function's
     fourteen, bit for bit the same) for a kernel-mode copy's decode step (bf16 query and key), `original`
     otherwise."""
+    if torch.compiler.is_compiling() or not getattr(_INSIDE, "model", False):  # checked before the build is asked for
+        return original(q, k, cos, sin, unsqueeze_dim)
     built, _ = kernel()
     if (
         built is None
-        or not getattr(_INSIDE, "model", False)
         or unsqueeze_dim != 1
         or q.dim() != 4
         or k.dim() != 4
