@@ -19,12 +19,11 @@ forward only).
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import sys
 import threading
 import types
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -234,14 +233,15 @@ def route_rotary(model) -> None:
     if not isinstance(rotary, torch.nn.Module):
         return
     if not getattr(rotary, "r3l_decode_kernel", False):
-        rotary.forward = functools.partial(rotary_forward, rotary.forward)
+        rotary.forward = partial(rotary_forward, rotary.forward)
         setattr(rotary, "r3l_decode_kernel", True)  # noqa: B010 - a mark on a module, not a submodule
     model.forward = types.MethodType(kernel_model_forward, model)
 
 
 def install(model) -> str:
     """Route `model`'s attention through `decode_attention`, its plain linear layers' forwards through
-    `few_rows_forward` and its Llama-family RMSNorms' through `norm_forward`; returns "" where it did, else why
+    `few_rows_forward`, its Llama-family RMSNorms' through `norm_forward` and its rotary embedding through
+    `rotary_forward` (`route_rotary`); returns "" where it did, else why
     not (and then leaves the model as it was)."""
     if why := not_sdpa(model):  # before the build: a model the kernel cannot serve costs no compile
         return why
