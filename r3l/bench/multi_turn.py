@@ -249,7 +249,7 @@ def vllm_python(environ: Mapping[str, str], root: Path) -> Path | None:
         venvs = [Path(environ["VLLM_VENV"])]
     else:
         venvs = [root / ".venv-vllm", cache_root(environ) / "venv-vllm"]
-    return next((venv / "bin" / "python" for venv in venvs if (venv / "bin" / "python").exists()), None)
+    return next((python for python in (venv / "bin" / "python" for venv in venvs) if python.exists()), None)
 
 
 def vllm_episodes(config: Config, turns_list: Sequence[int]) -> dict[str, Any] | str:

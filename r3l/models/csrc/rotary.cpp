@@ -48,9 +48,13 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
   return out;
 }
 
-void check(const at::Tensor& x, const at::Tensor& angles, int64_t rows, int64_t dim, const char* name) {
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && angles.scalar_type() == at::kBFloat16, "rotary: bf16 only");
+void check_heads(const at::Tensor& x, int64_t rows, int64_t dim, const char* name) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "rotary: bf16 only");
   TORCH_CHECK(x.dim() == 3 && x.size(0) == rows && x.size(2) == dim && x.stride(2) == 1, "rotary: ", name, " layout");
+}
+
+void check_angles(const at::Tensor& angles, int64_t rows, int64_t dim) {
+  TORCH_CHECK(angles.scalar_type() == at::kBFloat16, "rotary: bf16 only");
   TORCH_CHECK(angles.dim() == 2 && (angles.size(0) == 1 || angles.size(0) == rows) && angles.size(1) == dim &&
               angles.stride(1) == 1, "rotary: angles layout");
 }
@@ -61,8 +65,9 @@ void check(const at::Tensor& x, const at::Tensor& angles, int64_t rows, int64_t 
 std::tuple<at::Tensor, at::Tensor> rotary(at::Tensor query, at::Tensor key, at::Tensor cos, at::Tensor sin) {
   const int64_t rows = query.size(0), dim = query.size(-1);
   TORCH_CHECK(dim % 32 == 0, "rotary: the head dimension must be a multiple of 32");
-  check(query, cos, rows, dim, "query");
-  check(key, sin, rows, dim, "key");
-  check(key, cos, rows, dim, "key");
+  check_heads(query, rows, dim, "query");
+  check_heads(key, rows, dim, "key");
+  check_angles(cos, rows, dim);
+  check_angles(sin, rows, dim);
   return {rotate(query, cos, sin), rotate(key, cos, sin)};
 }
