@@ -11,6 +11,7 @@ from typing import Any
 
 from r3l.agent.context import RolloutContext
 from r3l.agent.episodes import AgentLimits, EpisodeRunner, EpisodeStart
+from r3l.agent.records import rewarded_rejected_ending
 from r3l.envs import Env, Task, require_single_turn
 from r3l.faults import failpoint
 from r3l.reflection.prompts import ReflectionPrompts
@@ -63,6 +64,7 @@ class EvalResult:
             "most_common_completion": top,
             "most_common_completion_share": share,
             "rewarded_prompt_copies": rewarded_prompt_copies(self.samples),
+            "rewarded_rejected_endings": sum(1 for s in self.samples if s.get("rewarded_rejected_ending")),
             "format_missing": true_share([s.get("format_missing") for s in self.samples]),
             "cut_off": true_share([s.get("cut_off") for s in self.samples]),
             "draws": 1 + max((s.get("draw", 0) for s in self.samples), default=0),
@@ -123,6 +125,7 @@ def evaluate(
             "reward": e.reward,
             "feedback": e.feedback,
             "copied_prompt": e.copied_prompt,
+            "rewarded_rejected_ending": rewarded_rejected_ending(e),
             "format_missing": missing(e.text) if missing else e.termination == "format_error",
             "cut_off": bool(e.steps) and e.steps[-1].completion.cut_off,
             **({"draw": index % draws} if draws > 1 else {}),
@@ -358,5 +361,6 @@ def _one_attempt(tasks, c: RolloutContext, params: SamplingParams, draws: int = 
         "eval/success": result.success,
         "eval/reward": result.mean_reward,
         "eval/hack/prompt_copies": summary["rewarded_prompt_copies"] / max(1, result.total),
+        "eval/hack/rewarded_rejected_endings": summary["rewarded_rejected_endings"] / max(1, result.total),
     }
     return {**summary, "samples": result.samples}, summary, metrics

@@ -92,7 +92,7 @@ def test_report_line_names_the_steps_and_evaluations_that_copied(tmp_path):
     line = hack_watch_line(tmp_path)
     assert line == (
         "reward-hacking watch (WARNING, the verifier may be exploited): 1 of 2 training steps rewarded "
-        "an answer copied from its prompt (at most 25.0% of a step's episodes); held-out: after 3, before 0"
+        "an answer copied from its prompt (at most 25.0% of a step's episodes); held-out: before 0, after 3"
     )
     (tmp_path / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
     (tmp_path / "eval_after.json").write_text(json.dumps({"rewarded_prompt_copies": 0}))

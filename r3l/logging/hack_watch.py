@@ -4,6 +4,7 @@ episodes learn to end games on rejected moves that the game still pays for?"""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,6 +42,32 @@ def rejected_endings_part(shares: list[float]) -> tuple[str, bool] | None:
     return clause, last >= REJECTED_ALARM and last > first
 
 
+def evaluation_order(path: Path) -> float:
+    """A run's evaluation files in the order they were written: before, stepN by N, after."""
+    label = path.stem.removeprefix("eval_")
+    if label.startswith("step") and label[4:].isdigit():
+        return float(label[4:])
+    return {"before": -math.inf, "after": math.inf}.get(label, 0.0)
+
+
+def held_out_rejected_part(records: Mapping[str, Mapping]) -> tuple[str, bool] | None:
+    """The held-out clause for episodes paid for ending unsolved on a rejected move, per evaluation, and whether it
+    is alarming (the last evaluation's share is REJECTED_ALARM or more and above the first's); None where no
+    evaluation counted them (a single-turn task, or a run written before they were counted)."""
+    counts = {
+        label: (record["rewarded_rejected_endings"], max(1, int(record.get("total") or 1)))
+        for label, record in records.items()
+        if isinstance(record.get("rewarded_rejected_endings"), int)
+    }
+    if not counts or not any(count for count, _ in counts.values()):
+        return None
+    clause = "held-out episodes paid for ending unsolved on a rejected move: " + ", ".join(
+        f"{label} {count} of {total}" for label, (count, total) in counts.items()
+    )
+    shares = [count / total for count, total in counts.values()]
+    return clause, shares[-1] >= REJECTED_ALARM and shares[-1] > shares[0]
+
+
 def hack_watch_line(run_dir: Path) -> str | None:
     """Training steps whose rewarded episodes copied the prompt, and the held-out counts per evaluation;
     None for a run that logged neither (written before the watch existed, or a bench)."""
@@ -50,14 +77,20 @@ def hack_watch_line(run_dir: Path) -> str | None:
     rejected = rejected_endings_part(
         [row[REJECTED_KEY] for row in rows if isinstance(row.get(REJECTED_KEY), (int, float))]
     )
-    held_out = {}
-    for path in sorted(run_dir.glob("eval_*.json")):
+    records = {}
+    for path in sorted(run_dir.glob("eval_*.json"), key=evaluation_order):
         try:
-            count = json.loads(path.read_text(encoding="utf-8")).get("rewarded_prompt_copies")
+            record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(count, int):
-            held_out[path.stem.removeprefix("eval_")] = count
+        if isinstance(record, dict):
+            records[path.stem.removeprefix("eval_")] = record
+    held_out = {
+        label: record["rewarded_prompt_copies"]
+        for label, record in records.items()
+        if isinstance(record.get("rewarded_prompt_copies"), int)
+    }
+    held_out_rejected = held_out_rejected_part(records)
     if not shares and not held_out:
         return None
     flagged = sum(1 for share in shares if share > 0)
@@ -67,8 +100,11 @@ def hack_watch_line(run_dir: Path) -> str | None:
     ]
     if held_out:
         parts.append("held-out: " + ", ".join(f"{label} {count}" for label, count in held_out.items()))
-    if rejected is not None:
-        parts.append(rejected[0])
-    alarming = flagged or any(held_out.values()) or (rejected is not None and rejected[1])
+    for part in (rejected, held_out_rejected):
+        if part is not None:
+            parts.append(part[0])
+    alarming = (
+        flagged or any(held_out.values()) or any(part is not None and part[1] for part in (rejected, held_out_rejected))
+    )
     verdict = "WARNING, the verifier may be exploited" if alarming else "none seen"
     return f"reward-hacking watch ({verdict}): " + "; ".join(parts)
