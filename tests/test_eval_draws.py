@@ -54,3 +54,46 @@ def test_compare_names_the_draws_in_the_try_column():
     run = RunResult("grpo", 0, finished=True, steps=2, evaluations={2: evaluation(record)})
     assert run.after.outcomes["first"] == {"a": 0.5}
     assert measure_label("first", [run]) == "1st try (mean of 4 draws)"
+
+
+def test_intervals_of_a_mean_over_draws_stay_inside_the_rates_bounds_and_rewards_are_not_cut():
+    """Two seeds far apart, each problem drawn 4 times: the outcomes (0.25, 0.75, ...) are no 1/0 table, but they
+    are successes, so the interval of the arm, of its change and of a difference stays in [0, 1] ([-1, 1]); read as
+    rewards (--metric reward), they are not cut."""
+    from r3l.compare.summary import RunResult
+    from r3l.compare.table import arms, tables
+
+    def record(step, wins_per_problem):
+        samples = [
+            {"task_id": f"p{p}", "success": draw < wins, "reward": float(draw < wins), "draw": draw}
+            for p, wins in enumerate(wins_per_problem)
+            for draw in range(4)
+        ]
+        return {"step": step, "samples": samples}
+
+    def runs(label, afters, metric):
+        before = [2, 1, 2, 1, 2, 1, 2, 1]
+        return [
+            RunResult(
+                label,
+                seed,
+                finished=True,
+                steps=8,
+                evaluations={0: evaluation(record(0, before), metric), 8: evaluation(record(8, after), metric)},
+            )
+            for seed, after in enumerate(afters)
+        ]
+
+    afters = [[4, 4, 4, 3, 4, 4, 4, 3], [0, 1, 0, 0, 0, 1, 0, 0]]  # seed means 0.94 and 0.06
+    others = [[0, 0, 0, 0, 1, 0, 0, 0], [4, 4, 4, 4, 4, 4, 3, 4]]
+    rates = [*runs("grpo", afters, "success"), *runs("r3l", others, "success")]
+    assert all(arm.rate() for arm in arms(rates))
+    text = tables(rates)[0]
+    grpo_row = next(line for line in text.splitlines() if line.startswith("| grpo | 1st try"))
+    assert "0.500 [0.000, 1.000]" in grpo_row
+    assert "+0.125 [-1.000, +1.000]" in grpo_row
+    assert "| grpo − r3l (1st try) | +0.000 [-1.000, +1.000]" in text
+    rewards = runs("grpo", afters, "reward")
+    assert not any(arm.rate() for arm in arms(rewards))
+    reward_row = next(line for line in tables(rewards)[0].splitlines() if line.startswith("| grpo | 1st try"))
+    assert "0.500 [-" in reward_row

@@ -41,7 +41,7 @@ def dumbbells(results: Sequence[RunResult]) -> dict[str, Dumbbell]:
             name = arm.label if measure == "first" else f"{arm.label}, {MEASURES[measure]}"
             out[name] = Dumbbell(
                 before,
-                seed_level_interval(after[0]) if after else None,
+                seed_level_interval(after[0], rate=arm.rate()) if after else None,
                 [value for r in arm.runs if (value := r.final(measure)) is not None],
                 max(r.steps for r in arm.runs),
             )
@@ -66,8 +66,10 @@ def curves(results: Sequence[RunResult], x: str = "steps") -> dict[str, list[tup
         points = []
         for key, found in sorted(steps.items()):
             values = [p.value for _, p in found]
-            tables = [r.evaluations[p.step].outcomes.get("first") for r, p in found if p.step in r.evaluations]
-            estimate = _estimate(tables, key == 0) if len(tables) == len(found) and all(tables) else None
+            evaluations = [r.evaluations[p.step] for r, p in found if p.step in r.evaluations]
+            tables = [e.outcomes.get("first") for e in evaluations]
+            rate = all(e.rate for e in evaluations)
+            estimate = _estimate(tables, key == 0, rate) if len(tables) == len(found) and all(tables) else None
             low, high = (estimate.low, estimate.high) if estimate else (math.nan, math.nan)
             where = sum(getattr(p, x) if x != "steps" else p.step for _, p in found) / len(found)
             points.append((where, sum(values) / len(values), low, high, len(found)))
@@ -75,13 +77,13 @@ def curves(results: Sequence[RunResult], x: str = "steps") -> dict[str, list[tup
     return out
 
 
-def _estimate(per_seed: list, untrained: bool) -> Estimate | None:
+def _estimate(per_seed: list, untrained: bool, rate: bool) -> Estimate | None:
     table, problems = outcome_table(per_seed)
     if not problems:
         return None
     if untrained and all(seed == per_seed[0] for seed in per_seed):
-        return seed_level_interval(table[:1], fixed_model=True)
-    return seed_level_interval(table)
+        return seed_level_interval(table[:1], fixed_model=True, rate=rate)
+    return seed_level_interval(table, rate=rate)
 
 
 def wrapped(label: str, width: int) -> str:

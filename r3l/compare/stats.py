@@ -197,17 +197,22 @@ def as_table(rows: Outcomes) -> np.ndarray:
     return table
 
 
-def seed_level_interval(rows: Outcomes, fixed_model: bool = False, confidence: float = 0.95) -> Estimate:
-    """The mean of a seeds x problems table of outcomes (1/0 successes, or rewards) with its interval over both
-    seeds and problems. One seed of a trained arm: the mean, with NaN bounds (its spread is unknown);
-    `fixed_model` (an untrained model evaluated greedily) has no spread between seeds."""
+def seed_level_interval(
+    rows: Outcomes, fixed_model: bool = False, confidence: float = 0.95, rate: bool | None = None
+) -> Estimate:
+    """The mean of a seeds x problems table of outcomes (1/0 successes, the mean of a problem's draws, or rewards)
+    with its interval over both seeds and problems. One seed of a trained arm: the mean, with NaN bounds (its
+    spread is unknown); `fixed_model` (an untrained model evaluated greedily) has no spread between seeds. `rate`:
+    the outcomes are successes, so the interval is cut to [0, 1]; None reads it off the table (all 1/0), which
+    cannot tell a mean of draws (0.25, 0.5, ...) from a reward."""
     table = as_table(rows)
     seeds, problems = table.shape
     mean = float(table.mean())
     if seeds < 2 and not fixed_model:
         return Estimate(mean, math.nan, math.nan, math.nan, seeds, problems)
     low, high, se, _ = _interval(mean, table_terms(table, fixed_model), confidence)
-    return Estimate(mean, *clip(low, high, RATE if is_rate(table) else None), se, seeds, problems)
+    rate = is_rate(table) if rate is None else rate
+    return Estimate(mean, *clip(low, high, RATE if rate else None), se, seeds, problems)
 
 
 def table_terms(table: np.ndarray, fixed_model: bool = False) -> list[Term]:
@@ -224,11 +229,13 @@ def difference_interval(
     second_fixed: bool = False,
     paired_problems: bool = True,
     confidence: float = 0.95,
+    rate: bool | None = None,
 ) -> Difference:
     """Mean of `first` minus mean of `second`, each a seeds x problems table. Seeds are independent between the
     two (each arm trains its own); with `paired_problems` both tables hold the same problems in the same
     columns, and the problem term is that of the per-problem differences, which removes what the problems'
-    difficulty shares. Without, the two means' variances add."""
+    difficulty shares. Without, the two means' variances add. `rate` as for `seed_level_interval` (a difference
+    of rates is cut to [-1, 1])."""
     a, b = as_table(first), as_table(second)
     mean = float(a.mean() - b.mean())
     if (a.shape[0] < 2 and not first_fixed) or (b.shape[0] < 2 and not second_fixed):
@@ -243,15 +250,17 @@ def difference_interval(
     seeds = welch_term([t for t in (pa.seed, pb.seed) if t is not None])
     terms = [t for t in (seeds, *problems) if t is not None]
     low, high, se, _ = _interval(mean, terms, confidence)
-    low, high = clip(low, high, RATE_DIFFERENCE if is_rate(a) and is_rate(b) else None)
+    rate = is_rate(a) and is_rate(b) if rate is None else rate
+    low, high = clip(low, high, RATE_DIFFERENCE if rate else None)
     p_value = two_sided_p(mean, se, terms)
     return Difference(mean, low, high, se, a.shape[0], a.shape[1], p_value=p_value, paired_problems=paired_problems)
 
 
-def paired_difference(differences: Outcomes, confidence: float = 0.95) -> Difference:
+def paired_difference(differences: Outcomes, confidence: float = 0.95, rate: bool | None = None) -> Difference:
     """The mean of a seeds x problems table of differences, each cell two measures of one seed on one problem
     (after minus before; a reflection minus its control; two arms whose runs of a seed are one block, having
-    drawn the same training tasks): the seed is still the unit, its spread now that of the differences."""
+    drawn the same training tasks): the seed is still the unit, its spread now that of the differences. `rate`:
+    differences of successes, cut to [-1, 1]; None reads it off the table (all -1/0/1)."""
     table = as_table(differences)
     seeds, problems = table.shape
     mean = float(table.mean())
@@ -259,7 +268,8 @@ def paired_difference(differences: Outcomes, confidence: float = 0.95) -> Differ
         return Difference(mean, math.nan, math.nan, math.nan, seeds, problems)
     terms = table_terms(table)
     low, high, se, _ = _interval(mean, terms, confidence)
-    low, high = clip(low, high, RATE_DIFFERENCE if np.isin(table, (-1.0, 0.0, 1.0)).all() else None)
+    rate = bool(np.isin(table, (-1.0, 0.0, 1.0)).all()) if rate is None else rate
+    low, high = clip(low, high, RATE_DIFFERENCE if rate else None)
     return Difference(mean, low, high, se, seeds, problems, p_value=two_sided_p(mean, se, terms))
 
 

@@ -34,6 +34,7 @@ class Evaluation:
     outcomes: dict[str, dict[str, float]]
     format_missing: dict[str, float | None] = field(default_factory=dict)
     draws: int = 1  # sampled episodes per problem (eval.draws), averaged into its outcome
+    rate: bool = True  # outcomes are successes (or their mean over draws), not rewards: a mean lies in [0, 1]
 
     def mean(self, measure: str = "first") -> float | None:
         values = self.outcomes.get(measure)
@@ -147,7 +148,9 @@ def evaluation(record: dict[str, Any], metric: str = "success", format_rule: For
     for measure, flags in missing.items():
         known = [flag for flag in flags if flag is not None]
         shares[measure] = sum(known) / len(known) if known else None
-    return Evaluation(int(record.get("step", 0)), outcomes, shares, max(map(len, draws.values()), default=1))
+    return Evaluation(
+        int(record.get("step", 0)), outcomes, shares, max(map(len, draws.values()), default=1), metric != "reward"
+    )
 
 
 def _format_missing(sample: dict[str, Any], prefix: str, reply: Any, rule: FormatRule | None) -> bool | None:

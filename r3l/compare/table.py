@@ -67,6 +67,11 @@ class ArmRows:
             return None
         return outcome_table([e.outcomes[measure] for e in evaluations])
 
+    def rate(self) -> bool:
+        """Its outcomes are successes (1/0, or the mean of a problem's draws), not rewards: intervals stay in
+        [0, 1]."""
+        return all(e.rate for r in self.runs for e in (r.before, r.after) if e is not None)
+
     def before_is_one_model(self, measure: str) -> bool:
         """Every seed's evaluation before training gave the same outcome on every problem (greedy decoding of
         one model): it counts once, as a fixed model."""
@@ -131,7 +136,8 @@ def before_estimate(arm: ArmRows, measure: str) -> tuple[Estimate | None, np.nda
         return None, None, False
     table, _ = found
     fixed = arm.before_is_one_model(measure)
-    return seed_level_interval(table[:1] if fixed else table, fixed_model=fixed), table[:1] if fixed else table, fixed
+    estimate = seed_level_interval(table[:1] if fixed else table, fixed_model=fixed, rate=arm.rate())
+    return estimate, table[:1] if fixed else table, fixed
 
 
 def change(arm: ArmRows, measure: str) -> Difference | None:
@@ -146,8 +152,8 @@ def change(arm: ArmRows, measure: str) -> Difference | None:
     b = before_table[:, [before_problems.index(p) for p in common]]
     fixed = arm.before_is_one_model(measure)
     if fixed:
-        return difference_interval(a, b[:1], second_fixed=True)
-    return paired_difference(a - b)
+        return difference_interval(a, b[:1], second_fixed=True, rate=arm.rate())
+    return paired_difference(a - b, rate=arm.rate())
 
 
 def seeds_paired(first: ArmRows, second: ArmRows) -> bool:
@@ -194,7 +200,7 @@ def arm_table(groups: Sequence[ArmRows], all_results: Sequence[RunResult]) -> li
         count = len(arm.runs)
         for measure in arm.measures():
             after = arm.table(measure)
-            estimate = seed_level_interval(after[0]) if after else None
+            estimate = seed_level_interval(after[0], rate=arm.rate()) if after else None
             before, _, _ = before_estimate(arm, measure)
             delta = change(arm, measure)
             changes.append(delta)
@@ -259,17 +265,18 @@ def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
         if a is None or b is None:
             continue
         (ta, pa), (tb, pb) = a, b
+        rate = first.rate() and second.rate()
         common = [p for p in pa if p in set(pb)]
         if common:
             shared_a, shared_b = ta[:, [pa.index(p) for p in common]], tb[:, [pb.index(p) for p in common]]
             if seeds_paired(first, second):
-                difference = paired_difference(shared_a - shared_b)
+                difference = paired_difference(shared_a - shared_b, rate=rate)
                 name = f"{first.label} − {second.label} (1st try, seeds paired)"
             else:
-                difference = difference_interval(shared_a, shared_b)
+                difference = difference_interval(shared_a, shared_b, rate=rate)
                 name = f"{first.label} − {second.label} (1st try)"
         else:
-            difference = difference_interval(ta, tb, paired_problems=False)
+            difference = difference_interval(ta, tb, paired_problems=False, rate=rate)
             name = f"{first.label} − {second.label} (1st try, no shared problems)"
         rows.append([name, interval_cell(difference, signed=True), p_cell(difference)])
         differences.append(difference)
@@ -278,7 +285,7 @@ def difference_table(groups: Sequence[ArmRows]) -> list[list[str]]:
             reflection, control = arm.table("second"), arm.table("verdict_only")
             assert reflection is not None and control is not None
             if reflection[1] == control[1]:
-                difference = paired_difference(reflection[0] - control[0])
+                difference = paired_difference(reflection[0] - control[0], rate=arm.rate())
                 rows.append(
                     [
                         f"{arm.label}: 2nd try after a reflection − after the verdict alone",
