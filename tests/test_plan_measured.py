@@ -31,9 +31,9 @@ MULTI_TURN = [
     "train.skip_zero_advantage=false",
 ]
 TOLERANCE = 0.25
-# A peak read while another process presses on memory reads low (the kernel evicts the run's file-backed pages,
-# the torch libraries', before they are counted): multi-turn-full measured 4.88 GiB under the parallel suite
-# against 5.17-5.26 alone (plan 6.17), so a plan above the measure gets this much.
+# A peak read beside other work reads low: multi-turn-full measured 4.88 GiB under the parallel suite, 5.25-5.26
+# alone, 5.17 beside a process holding 17.5 GiB (plan 6.17; likely the run's file-backed pages, the torch
+# libraries', evicted before they are counted). A plan above the measure gets this much.
 TOLERANCE_ABOVE = 0.30
 
 
