@@ -52,8 +52,8 @@ def evaluation_order(path: Path) -> float:
 
 def held_out_rejected_part(records: Mapping[str, Mapping]) -> tuple[str, bool] | None:
     """The held-out clause for episodes paid for ending unsolved on a rejected move, per evaluation, and whether it
-    is alarming (the last evaluation's share is REJECTED_ALARM or more and above the first's); None where no
-    evaluation counted them (a single-turn task, or a run written before they were counted)."""
+    is alarming (the last evaluation's share is REJECTED_ALARM or more and above the first's); None where every
+    count is 0 or missing (a single-turn task never has one; runs written before they were counted lack them)."""
     counts = {
         label: (record["rewarded_rejected_endings"], max(1, int(record.get("total") or 1)))
         for label, record in records.items()
